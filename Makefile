@@ -1,0 +1,42 @@
+# Two commands: `make run` (the default experiment) and `make test`. Both create .venv with the pinned
+# dependencies on first use. Extra Hydra overrides go in ARGS, e.g. make run ARGS="algo=fedavgm seed=1".
+PY ?= python3.11
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
+FMNIST_DEBIAN := /usr/share/datasets/fashion-mnist
+ARGS ?=
+
+.PHONY: run test test-slow bench fmnist clean
+
+$(STAMP): requirements.txt
+	@test -x $(PYTHON) || $(PY) -m venv $(VENV)
+	$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements.txt
+	@rm -f $(VENV)/.installed-* && touch $@
+
+# FashionMNIST: Debian's dataset-fashion-mnist where apt is usable, else torchvision's download into data/.
+fmnist: $(STAMP)
+	@if [ ! -d $(FMNIST_DEBIAN) ] && [ ! -d data/FashionMNIST/raw ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get install -y -qq dataset-fashion-mnist || (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist); \
+	  fi; \
+	fi
+	@if [ ! -d $(FMNIST_DEBIAN) ] && [ ! -d data/FashionMNIST/raw ]; then \
+	  $(PYTHON) -c "import torchvision as tv; [tv.datasets.FashionMNIST('data', train=t, download=True) for t in (True, False)]" \
+	  || echo "warning: FashionMNIST could not be installed or downloaded; see README (Data)"; \
+	fi
+
+run: $(STAMP) fmnist
+	$(PYTHON) run.py $(ARGS)
+
+test: $(STAMP)
+	$(PYTHON) -m pytest
+
+test-slow: $(STAMP)
+	$(PYTHON) -m pytest -m slow
+
+bench: $(STAMP) fmnist
+	$(PYTHON) scripts/bench.py $(ARGS)
+
+clean:
+	rm -rf outputs multirun .pytest_cache

@@ -1,0 +1,147 @@
+"""The algorithm API: a server-side object with hooks, operating on flat parameter vectors.
+
+Per round the engine calls, in order::
+
+    begin_round(rc, x)                                  # once; x is the global model (d,)
+    for each completed client entry (client i, steps s):
+        payload = payload(rc, i)                        # what is broadcast besides x (counted in bytes down)
+        update  = client_update(trainer, rc, i, s, x, payload)   # local work -> ClientUpdate
+        accumulate(rc, i, update, weight)               # streaming aggregation, O(d) memory
+    server_update(rc, x)                                # update x in place
+
+``rc`` (``RoundContext``) carries the participation of the round: selected and completed clients, their expected
+counts (inclusion probabilities) and local steps. State that must survive a checkpoint (server momentum,
+per-client memories) is declared with ``declare`` and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Dict, Optional
+
+import numpy as np
+import torch
+
+from fedbench.engine.local import LocalHooks
+from fedbench.participation.base import RoundParticipation
+from fedbench.registry import Registry
+
+if TYPE_CHECKING:
+    from fedbench.engine.trainer import ClientTrainer
+
+ALGORITHMS = Registry("algorithm")
+
+
+class Weighting(Enum):
+    uniform = "uniform"  # p_i = 1/N: the unweighted client average
+    samples = "samples"  # p_i = n_i / n: the sample-size weighted average
+
+
+class Aggregation(Enum):
+    unbiased = "unbiased"  # sum over completed of p_i / E[m_i] * delta_i (Horvitz-Thompson)
+    normalized = "normalized"  # sum over completed of p_i delta_i / sum over completed p_j
+
+
+@dataclass
+class AlgoContext:
+    dim: int
+    num_clients: int
+    sizes: np.ndarray  # (N,) samples per client
+    device: torch.device
+    seed: int
+
+
+@dataclass
+class RoundContext:
+    round: int
+    lr: float  # client learning rate of this round
+    part: RoundParticipation
+
+
+@dataclass
+class ClientUpdate:
+    delta: torch.Tensor  # y_I - x, the model change of the local run
+    num_samples: int
+    steps: int
+    loss: float
+    buffers: Optional[torch.Tensor] = None  # BN running statistics after local training
+    extras: Dict[str, torch.Tensor] = field(default_factory=dict)  # further uploads (e.g. control variates)
+
+    @property
+    def upload_bytes(self) -> int:
+        tensors = [self.delta, *self.extras.values()] + ([self.buffers] if self.buffers is not None else [])
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class Algorithm:
+    """Base class; its defaults implement FedAvg with the unbiased aggregate and server learning rate 1."""
+
+    name: str
+    Config: type
+
+    def __init__(self, cfg: Any, ctx: AlgoContext):
+        self.cfg = cfg
+        self.ctx = ctx
+        self._state: Dict[str, torch.Tensor] = {}
+        weighting = getattr(cfg, "weighting", Weighting.uniform)
+        sizes = ctx.sizes.astype(np.float64)
+        self.p = sizes / sizes.sum() if weighting == Weighting.samples else np.full(ctx.num_clients, 1.0 / ctx.num_clients)
+        self.acc = torch.zeros(ctx.dim, device=ctx.device)
+
+    # ---- declared state -------------------------------------------------------------------------------------
+    def declare(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """Register ``tensor`` as checkpointed state under ``name`` and return it."""
+        if name in self._state:
+            raise ValueError(f"state '{name}' declared twice")
+        self._state[name] = tensor
+        return tensor
+
+    def state_dict(self) -> Dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self._state.items()}
+
+    def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
+        missing = set(self._state) ^ set(state)
+        if missing:
+            raise KeyError(f"state keys differ: {sorted(missing)}")
+        for k, v in state.items():
+            self._state[k].copy_(v)
+
+    # ---- weights ---------------------------------------------------------------------------------------------
+    def entry_weights(self, rc: RoundContext) -> np.ndarray:
+        """Aggregation weight of each completed entry (aligned with ``rc.part.completed_ids``).
+
+        unbiased: w_i = p_i / E[m_i], so E[sum_i w_i delta_i] = sum_i p_i delta_i over all N clients
+        (E[m_i] is the inclusion probability, or the expected multiplicity under sampling with replacement).
+        normalized: w_i = p_i / sum_{completed j} p_j.
+        """
+        ids = rc.part.completed_ids
+        if ids.size == 0:
+            return np.zeros(0)
+        p = self.p[ids]
+        if getattr(self.cfg, "aggregation", Aggregation.unbiased) == Aggregation.normalized:
+            return p / p.sum()
+        expected = rc.part.expected_count[ids]
+        if np.any(expected <= 0):
+            raise RuntimeError("a client completed a round although its expected count is 0")
+        return p / expected
+
+    # ---- hooks -----------------------------------------------------------------------------------------------
+    def begin_round(self, rc: RoundContext, x: torch.Tensor) -> None:
+        self.acc.zero_()
+
+    def payload(self, rc: RoundContext, client: int) -> Dict[str, torch.Tensor]:
+        return {}
+
+    def local_hooks(self, rc: RoundContext, client: int, x: torch.Tensor, payload: Dict[str, torch.Tensor]) -> Optional[LocalHooks]:
+        return None
+
+    def client_update(self, trainer: "ClientTrainer", rc: RoundContext, client: int, steps: int,
+                      x: torch.Tensor, payload: Dict[str, torch.Tensor]) -> ClientUpdate:
+        return trainer.train(rc, client, steps, x, self.local_hooks(rc, client, x, payload))
+
+    def accumulate(self, rc: RoundContext, client: int, update: ClientUpdate, weight: float) -> None:
+        self.acc.add_(update.delta, alpha=weight)
+
+    def server_update(self, rc: RoundContext, x: torch.Tensor) -> None:
+        x.add_(self.acc, alpha=getattr(self.cfg, "server_lr", 1.0))

@@ -1,0 +1,31 @@
+"""FedAvgM (Hsu et al., 2019): FedAvg with server momentum.
+
+m_{t+1} = beta m_t + Delta_t,  x_{t+1} = x_t + eta_s m_{t+1}, where Delta_t is FedAvg's aggregate update.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedbench.algorithms.base import ALGORITHMS, Aggregation, Algorithm, Weighting
+
+
+@ALGORITHMS.register("fedavgm")
+class FedAvgM(Algorithm):
+    @dataclass
+    class Config:
+        name: str = "fedavgm"
+        weighting: Weighting = Weighting.uniform
+        aggregation: Aggregation = Aggregation.unbiased
+        server_lr: float = 1.0
+        server_momentum: float = 0.9
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.momentum = self.declare("momentum", torch.zeros(ctx.dim, device=ctx.device))
+
+    def server_update(self, rc, x):
+        self.momentum.mul_(self.cfg.server_momentum).add_(self.acc)
+        x.add_(self.momentum, alpha=self.cfg.server_lr)

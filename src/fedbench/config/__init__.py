@@ -1,0 +1,35 @@
+"""Config registration and validation."""
+
+from __future__ import annotations
+
+from hydra.core.config_store import ConfigStore
+
+from fedbench.config import schema
+
+_registered = False
+
+
+def register_configs() -> None:
+    """Register every schema in Hydra's ConfigStore (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    from fedbench.algorithms import ALGORITHMS
+    from fedbench.participation import LAYERS
+
+    cs = ConfigStore.instance()
+    cs.store(name="root_schema", node=schema.RootConfig)
+    cs.store(group="schema/dataset", name="image", node=schema.ImageDatasetConfig)
+    cs.store(group="schema/dataset", name="digits", node=schema.DigitsConfig)
+    cs.store(group="schema/dataset", name="synthetic", node=schema.SyntheticConfig)
+    cs.store(group="schema/partition", name="partition", node=schema.PartitionConfig)
+    cs.store(group="schema/model", name="model", node=schema.ModelConfig)
+    cs.store(group="schema/participation", name="participation", node=schema.ParticipationConfig)
+    cs.store(group="schema/engine", name="engine", node=schema.EngineConfig)
+    cs.store(group="schema/logger", name="logger", node=schema.LoggerConfig)
+    for name, cls in ALGORITHMS.items():
+        cs.store(group="schema/algo", name=name, node=cls.Config)
+    for layer, registry in LAYERS.items():
+        for name, cls in registry.items():
+            cs.store(group=f"schema/participation/{layer}", name=name, node=cls.Config)
+    _registered = True

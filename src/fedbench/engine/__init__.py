@@ -1,0 +1,1 @@
+"""Simulation engine: round loop, client runners, evaluation."""

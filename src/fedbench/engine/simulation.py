@@ -1,0 +1,182 @@
+"""The round loop: participation -> local updates (streamed into the aggregate) -> server update -> evaluation."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from fedbench.algorithms import ALGORITHMS, AlgoContext, RoundContext
+from fedbench.data import FederatedData, build_federated
+from fedbench.engine.evaluation import evaluate
+from fedbench.engine.local import LocalModule
+from fedbench.engine.runners import make_runner
+from fedbench.engine.trainer import ClientTrainer
+from fedbench.errors import ConfigError, require
+from fedbench.logging import RunLogger
+from fedbench.models import build_model
+from fedbench.participation import ParticipationProcess
+from fedbench.rng import torch_rng
+
+
+def resolve_device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("engine.device", f"'{spec}' was asked for but no CUDA device is visible.",
+                          "use engine.device=cpu (or auto).")
+    try:
+        return torch.device(spec)
+    except RuntimeError:
+        raise ConfigError("engine.device", f"'{spec}' is not a device.", "use cpu, cuda, cuda:N or auto.") from None
+
+
+def validate(cfg: DictConfig) -> None:
+    """Checks that Hydra's types cannot express; each failure names the key and the fix."""
+    require(cfg.rounds >= 1, "rounds", f"{cfg.rounds} rounds.", "use rounds >= 1.")
+    require(cfg.eval_every >= 1, "eval_every", f"{cfg.eval_every}.", "use eval_every >= 1.")
+    require(cfg.client.local_steps >= 1, "client.local_steps", f"{cfg.client.local_steps}.", "use >= 1.")
+    require(cfg.client.batch_size >= 1, "client.batch_size", f"{cfg.client.batch_size}.", "use >= 1.")
+    require(cfg.client.lr > 0, "client.lr", f"{cfg.client.lr} is not positive.", "use a positive learning rate.")
+    for t in cfg.targets:
+        require(0 < t <= 1, "targets", f"accuracy target {t} is not in (0, 1].", "give accuracies such as [0.7, 0.8].")
+
+
+class Simulation:
+    """One federated training run. ``run()`` returns the summary dict (also written to ``summary.json``)."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, root: Path):
+        validate(cfg)
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.device = resolve_device(cfg.engine.device)
+        if cfg.engine.num_threads > 0:
+            torch.set_num_threads(cfg.engine.num_threads)
+        seed = cfg.seed
+        data_seed = seed if cfg.data.seed is None else cfg.data.seed
+        self.data: FederatedData = build_federated(cfg.dataset, cfg.partition, root, data_seed, cfg.data.cache)
+        self.data.to(self.device)
+        model = build_model(cfg.model, self.data.input_shape, self.data.num_classes, torch_rng(seed, "init"))
+        self.module = LocalModule(model.to(self.device), cfg.client.lr, cfg.client.momentum, cfg.client.weight_decay)
+        runner = make_runner(cfg.engine.client_runner.value, self.module, self.device)
+        self.trainer = ClientTrainer(self.data, runner, seed, cfg.client.batch_size)
+        self.x = self.module.flat.params.detach().clone()
+        self.buffers = self.module.flat.buffers.detach().clone()
+        self.trainer.buffers = self.buffers
+        n = self.data.num_clients
+        self.participation = ParticipationProcess(cfg.participation, n, seed, cfg.client.local_steps, self.data.attrs)
+        self.algo = ALGORITHMS.get_class(cfg.algo.name)(
+            cfg.algo, AlgoContext(self.x.numel(), n, self.data.sizes, self.device, seed)
+        )
+        self.bytes_up = 0
+        self.bytes_down = 0
+
+    @property
+    def dim(self) -> int:
+        return self.x.numel()
+
+    def round(self, t: int) -> Dict[str, Any]:
+        """Run round t; return its statistics."""
+        part = self.participation.round(t)
+        rc = RoundContext(round=t, lr=self.cfg.client.lr, part=part)
+        self.algo.begin_round(rc, self.x)
+        self.trainer.begin_round()
+        model_bytes = (self.x.numel() + self.buffers.numel()) * self.x.element_size()
+        weights = self.algo.entry_weights(rc)
+        norm = weights / weights.sum() if weights.size and weights.sum() > 0 else weights
+        completed = iter(zip(weights, norm))
+        new_buffers = torch.zeros_like(self.buffers) if self.buffers.numel() else None
+        losses = []
+        for client, done, steps in zip(part.selected.tolist(), part.completed.tolist(), part.local_steps.tolist()):
+            payload = self.algo.payload(rc, client)
+            self.bytes_down += model_bytes + sum(v.numel() * v.element_size() for v in payload.values())
+            if not done:
+                continue
+            w, wn = next(completed)
+            update = self.algo.client_update(self.trainer, rc, client, steps, self.x, payload)
+            self.algo.accumulate(rc, client, update, float(w))
+            if new_buffers is not None and update.buffers is not None:
+                new_buffers.add_(update.buffers, alpha=float(wn))
+            self.bytes_up += update.upload_bytes
+            losses.append(update.loss)
+        self.algo.server_update(rc, self.x)
+        if new_buffers is not None and losses:
+            self.buffers.copy_(new_buffers)
+        return {"selected": int(part.selected.size), "completed": int(part.completed.sum()),
+                "train_loss": float(np.mean(losses)) if losses else math.nan}
+
+    def evaluate(self) -> tuple[float, float]:
+        self.trainer.runner.load(self.x, self.buffers)
+        return evaluate(self.module, self.data.x_test, self.data.y_test, self.cfg.engine.eval_batch_size)
+
+    def run(self, logger: RunLogger) -> Dict[str, Any]:
+        cfg = self.cfg
+        start = time.perf_counter()
+        history = []
+        window_losses = []
+        name = cfg.algo.name
+        logger.print(f"[{name}] {self.data.name}: {self.data.num_clients} clients, {self.dim:,} parameters, "
+                     f"{cfg.rounds} rounds, device {self.device}")
+        for t in range(cfg.rounds):
+            stats = self.round(t)
+            window_losses.append(stats["train_loss"])
+            r = t + 1
+            if r % cfg.eval_every == 0 or r == cfg.rounds:
+                test_loss, test_acc = self.evaluate()
+                elapsed = time.perf_counter() - start
+                finite = [v for v in window_losses if not math.isnan(v)]
+                row = {
+                    "round": r,
+                    "selected": stats["selected"],
+                    "completed": stats["completed"],
+                    "train_loss": float(np.mean(finite)) if finite else math.nan,
+                    "test_loss": test_loss,
+                    "test_acc": test_acc,
+                    "wall_time": elapsed,
+                    "bytes_up": self.bytes_up,
+                    "bytes_down": self.bytes_down,
+                }
+                window_losses = []
+                history.append(row)
+                logger.log_eval(row)
+                logger.print(f"[{name}] round {r:>5}/{cfg.rounds} | train_loss {row['train_loss']:.4f} | "
+                             f"test_loss {test_loss:.4f} | test_acc {test_acc:.4f} | elapsed {elapsed:6.1f}s | "
+                             f"{r / elapsed:6.2f} rounds/s")
+                if not math.isfinite(test_loss):
+                    logger.print(f"[{name}] stopping: the test loss is not finite (diverged)")
+                    break
+        np.savez_compressed(self.run_dir / "participation.npz", **self.participation.trace_arrays())
+        return self.summary(history, time.perf_counter() - start)
+
+    def summary(self, history: list, wall: float) -> Dict[str, Any]:
+        accs = [h["test_acc"] for h in history]
+        best = int(np.argmax(accs)) if accs else None
+        to_target = {}
+        for target in self.cfg.targets:
+            hit = next((h["round"] for h in history if h["test_acc"] >= target), None)
+            to_target[f"{target:g}"] = hit
+        rounds_done = history[-1]["round"] if history else 0
+        return {
+            "algorithm": self.cfg.algo.name,
+            "dataset": self.data.name,
+            "seed": int(self.cfg.seed),
+            "rounds": rounds_done,
+            "final_test_acc": accs[-1] if accs else None,
+            "final_test_loss": history[-1]["test_loss"] if history else None,
+            "best_test_acc": accs[best] if best is not None else None,
+            "best_round": history[best]["round"] if best is not None else None,
+            "rounds_to_target": to_target,
+            "wall_time_s": wall,
+            "rounds_per_s": rounds_done / wall if wall > 0 else None,
+            "bytes_up": self.bytes_up,
+            "bytes_down": self.bytes_down,
+            "num_parameters": self.dim,
+            "num_clients": self.data.num_clients,
+            "partition_hash": self.data.partition_hash,
+            "algorithm_state_bytes": sum(v.numel() * v.element_size() for v in self.algo.state_dict().values()),
+        }

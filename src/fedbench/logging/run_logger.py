@@ -1,0 +1,98 @@
+"""Writes a run's results into its directory and, optionally, to Weights & Biases.
+
+Files (always): ``config.yaml`` (resolved), ``metrics.csv`` (one row per evaluation, flushed as it is written),
+``summary.json``. W&B (``logger=wandb``, offline by default) gets the same rows, the summary and images; runs of a
+sweep share a group derived from the config without the seed, and ``finish`` is always called.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+_NOT_IN_GROUP = ("seed", "logger", "engine", "hydra")
+
+
+def _plain(cfg: DictConfig) -> Dict[str, Any]:
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
+
+
+def sweep_group(cfg: DictConfig) -> str:
+    """A W&B group shared by all seeds of one configuration: ``<algo>-<dataset>-<hash of config minus seed>``."""
+    plain = {k: v for k, v in _plain(cfg).items() if k not in _NOT_IN_GROUP}
+    plain.get("data", {}).pop("seed", None)
+    digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{cfg.algo.name}-{cfg.dataset.name}-{digest}"
+
+
+class RunLogger:
+    def __init__(self, run_dir: Path, cfg: DictConfig):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.console = bool(cfg.logger.console)
+        (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(_plain(cfg)))
+        self._csv_file = None
+        self._csv = None
+        self.wandb = None
+        if cfg.logger.wandb:
+            self._init_wandb(cfg)
+
+    def _init_wandb(self, cfg: DictConfig) -> None:
+        os.environ.setdefault("WANDB_SILENT", "true")
+        import wandb
+
+        group = sweep_group(cfg)
+        self.wandb = wandb.init(
+            project=cfg.logger.project,
+            entity=cfg.logger.entity,
+            group=group,
+            name=f"{group}-seed{cfg.seed}",
+            job_type=cfg.algo.name,
+            tags=list(cfg.logger.tags),
+            config=_plain(cfg),
+            dir=str(self.run_dir),
+            mode=cfg.logger.mode.value,
+            reinit="finish_previous",
+        )
+
+    def log_eval(self, row: Dict[str, Any]) -> None:
+        if self._csv is None:
+            self._csv_file = open(self.run_dir / "metrics.csv", "w", newline="")
+            self._csv = csv.DictWriter(self._csv_file, fieldnames=list(row))
+            self._csv.writeheader()
+        self._csv.writerow(row)
+        self._csv_file.flush()
+        if self.wandb is not None:
+            self.wandb.log(row, step=int(row["round"]))
+
+    def log_image(self, key: str, path: Path) -> None:
+        if self.wandb is not None:
+            import wandb
+
+            self.wandb.log({key: wandb.Image(str(path))})
+
+    def write_summary(self, summary: Dict[str, Any]) -> None:
+        tmp = self.run_dir / "summary.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
+        tmp.replace(self.run_dir / "summary.json")
+        if self.wandb is not None:
+            for k, v in summary.items():
+                self.wandb.summary[k] = v
+
+    def print(self, line: str) -> None:
+        if self.console:
+            print(line, flush=True)
+
+    def finish(self, exit_code: int = 0) -> None:
+        if self._csv_file is not None:
+            self._csv_file.close()
+            self._csv_file = None
+        if self.wandb is not None:
+            self.wandb.finish(exit_code=exit_code)
+            self.wandb = None

@@ -1,0 +1,33 @@
+"""A tiny name -> class registry; each registered class carries its config schema as ``Config``."""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Dict[str, type]):
+    def __init__(self, what: str):
+        super().__init__()
+        self.what = what
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def deco(cls: T) -> T:
+            if name in self:
+                raise ValueError(f"{self.what} '{name}' registered twice")
+            cls.name = name  # type: ignore[attr-defined]
+            self[name] = cls  # type: ignore[assignment]
+            return cls
+
+        return deco
+
+    def get_class(self, name: str) -> type:
+        from fedbench.errors import FedbenchError
+
+        if name not in self:
+            raise FedbenchError(
+                f"Unknown {self.what} '{name}'. Allowed: {', '.join(sorted(self))}. "
+                f"Fix: choose one of these (and the matching YAML file under conf/)."
+            )
+        return self[name]

@@ -1,0 +1,78 @@
+"""End-to-end runs of run.py (subprocess), as a user would type them."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, TINY
+
+from fedbench.logging import sweep_group
+from conftest import compose
+
+
+def run(args, tmp_path, check=True):
+    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *args, f"data.root={tmp_path / 'data'}"],
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(proc.stdout + proc.stderr)
+    return proc
+
+
+def _rows(path):
+    with open(path) as f:
+        return [{k: v for k, v in r.items() if k != "wall_time"} for r in csv.DictReader(f)]
+
+
+def test_same_seed_same_metrics(tmp_path):
+    for name in ("a", "b"):
+        run([*TINY, "logger=csv", f"hydra.run.dir={tmp_path / name}"], tmp_path)
+    a, b = _rows(tmp_path / "a" / "metrics.csv"), _rows(tmp_path / "b" / "metrics.csv")
+    assert a == b and len(a) == 2
+    assert list(a[0]) == ["round", "selected", "completed", "train_loss", "test_loss", "test_acc", "bytes_up",
+                          "bytes_down"]
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["rounds"] == 4 and summary["final_test_acc"] == float(a[-1]["test_acc"])
+    assert {"best_test_acc", "rounds_to_target", "wall_time_s", "bytes_up"} <= set(summary)
+    assert (tmp_path / "a" / "config.yaml").is_file() and (tmp_path / "a" / "participation.npz").is_file()
+
+
+def test_multirun_four_jobs_with_wandb_offline(tmp_path):
+    proc = run(["-m", *TINY, "algo=fedavg,fedavgm", "seed=0,1", "logger=wandb",
+                f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    jobs = sorted(p for p in (tmp_path / "sweep").iterdir() if p.is_dir() and (p / "summary.json").exists())
+    assert len(jobs) == 4, proc.stdout
+    for job in jobs:
+        assert list((job / "wandb").glob("offline-run-*")), f"no offline W&B run in {job}"
+    names = {json.loads((j / "summary.json").read_text())["algorithm"] for j in jobs}
+    assert names == {"fedavg", "fedavgm"}
+
+
+def test_sweep_group_ignores_seed():
+    a, b = compose(*TINY, "seed=0"), compose(*TINY, "seed=3")
+    assert sweep_group(a) == sweep_group(b)
+    assert sweep_group(a) != sweep_group(compose(*TINY, "algo=fedavgm"))
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["algo=nope"], "Unknown option 'nope' for config group 'algo'. Allowed: fedavg, fedavgm"),
+    (["algo.server_lrr=2"], "Unknown key 'server_lrr' in 'algo'"),
+    (["-m", "algo=fedavg,nope"], "Unknown option 'nope'"),
+    (["algo.weighting=foo"], "Allowed: uniform, samples"),
+    (["participation.selection.clients_per_round=11"], "participation.selection.clients_per_round"),
+    (["dataset=fmnist", "model=cnn_fmnist", "dataset.system_dirs=[]"], "FashionMNIST files not found"),
+])
+def test_bad_input_one_paragraph_no_traceback(tmp_path, args, expected):
+    base = [a for a in TINY if not any(a.startswith(x.split("=")[0] + "=") for x in args if "=" in x)]
+    proc = run([*base, "logger=none", *args], tmp_path, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert expected in out, out
+    assert "Traceback" not in out
+    message = [line for line in proc.stderr.splitlines() if line.startswith("fedbench: error:")]
+    assert len(message) == 1 and "Fix:" in message[0], out
