@@ -3,6 +3,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from fedbench.config.schema import PartitionConfig
 from fedbench.data.federated import build_federated
 from fedbench.data.idx import read_idx, write_idx
 from fedbench.data.partition import dirichlet, iid
@@ -15,9 +16,9 @@ from helpers import write_fake_mnist
 
 
 def _part(**kw):
-    base = dict(num_clients=20, alpha=0.3, min_samples=5, max_tries=100)
+    base = dict(name="dirichlet", num_clients=20, alpha=0.3, min_samples=5, max_tries=100)
     base.update(kw)
-    return OmegaConf.create(base)
+    return OmegaConf.merge(OmegaConf.structured(PartitionConfig), base)
 
 
 LABELS = np.repeat(np.arange(10), 200)
@@ -25,16 +26,16 @@ LABELS = np.repeat(np.arange(10), 200)
 
 @pytest.mark.parametrize("fn", [iid, dirichlet])
 def test_every_sample_assigned_exactly_once(fn):
-    owner = fn(LABELS, _part(), numpy_rng(0, "t"), None)
+    owner, _ = fn(LABELS, _part(), numpy_rng(0, "t"), None)
     assert owner.shape == LABELS.shape
     assert owner.min() == 0 and owner.max() == 19
     assert np.bincount(owner, minlength=20).sum() == len(LABELS)
 
 
 def test_dirichlet_reproducible_by_seed_and_min_size():
-    a = dirichlet(LABELS, _part(), numpy_rng(1, "t"), None)
-    b = dirichlet(LABELS, _part(), numpy_rng(1, "t"), None)
-    c = dirichlet(LABELS, _part(), numpy_rng(2, "t"), None)
+    a, _ = dirichlet(LABELS, _part(), numpy_rng(1, "t"), None)
+    b, _ = dirichlet(LABELS, _part(), numpy_rng(1, "t"), None)
+    c, _ = dirichlet(LABELS, _part(), numpy_rng(2, "t"), None)
     assert np.array_equal(a, b) and not np.array_equal(a, c)
     assert np.bincount(a).min() >= 5
 
@@ -47,7 +48,7 @@ def _label_skew(owner):
 
 
 def test_dirichlet_skew_responds_to_alpha():
-    skews = [_label_skew(dirichlet(LABELS, _part(alpha=a), numpy_rng(0, "t"), None)) for a in (0.05, 1.0, 100.0)]
+    skews = [_label_skew(dirichlet(LABELS, _part(alpha=a), numpy_rng(0, "t"), None)[0]) for a in (0.05, 1.0, 100.0)]
     assert skews[0] > skews[1] > skews[2]
     assert skews[2] < 0.25  # near-IID at alpha=100 (10 classes: 0.1 is perfectly uniform)
     assert skews[0] > 0.6
@@ -71,7 +72,10 @@ def test_fmnist_loader_on_written_idx_files(tmp_path, gz):
     assert data.x_train.shape == (60, 1, 28, 28) and data.x_test.shape == (20, 1, 28, 28)
     assert torch.equal(data.y_train, torch.from_numpy(arrays["train-labels-idx1-ubyte"].astype(np.int64)))
     raw = torch.from_numpy(arrays["train-images-idx3-ubyte"][0].astype(np.float32) / 255)
-    assert torch.allclose(data.x_train[0, 0], (raw - 0.2860) / 0.3530, atol=1e-6)
+    mean, std = data.x_train.mean(), data.x_train.std()  # normalize=own: the training split's own statistics
+    assert abs(float(mean)) < 1e-5 and abs(float(std) - 1) < 1e-4
+    raw_all = torch.from_numpy(arrays["train-images-idx3-ubyte"].astype(np.float32) / 255)
+    assert torch.allclose(data.pad_fill, -raw_all.mean() / raw_all.std(), atol=1e-4)  # a black pixel, normalized
     mnist_norm = load_fmnist(compose("dataset=fmnist", "dataset.normalize=mnist").dataset, tmp_path, 0)
     assert torch.allclose(mnist_norm.x_train[0, 0], (raw - 0.1307) / 0.3081, atol=1e-6)
 
@@ -95,7 +99,7 @@ def test_fmnist_real_files_when_present(tmp_path):
 def test_federated_data_sorted_by_client_and_cached(tmp_path):
     cfg = compose("dataset=digits", "partition=dirichlet", "partition.num_clients=10", "partition.alpha=0.5")
     a = build_federated(cfg.dataset, cfg.partition, tmp_path, 0, cache=True)
-    cached = list((tmp_path / "cache" / "partitions").glob("*.npy"))
+    cached = list((tmp_path / "cache" / "partitions").glob("*.npz"))
     assert len(cached) == 1 and cached[0].stem == a.partition_hash
     b = build_federated(cfg.dataset, cfg.partition, tmp_path, 0, cache=True)
     assert torch.equal(a.x, b.x) and a.partition_hash == b.partition_hash

@@ -15,9 +15,16 @@ from omegaconf import MISSING
 
 
 class Normalization(Enum):
-    own = "own"  # the dataset's own per-channel statistics
+    own = "own"  # per-channel mean/std of the dataset's own training split (computed when loaded)
     mnist = "mnist"  # MNIST statistics (0.1307, 0.3081), as several papers did for FashionMNIST
+    custom = "custom"  # the config's mean / std lists
     none = "none"
+
+
+class Augment(Enum):
+    none = "none"
+    per_sample = "per_sample"  # random crop (zero padding 4) + horizontal flip, drawn per image
+    batch_level = "batch_level"  # one crop offset and one flip per minibatch (Wang & Ji's code, torchvision 0.8)
 
 
 @dataclass
@@ -25,7 +32,11 @@ class ImageDatasetConfig:
     name: str = MISSING
     download: bool = False
     normalize: Normalization = Normalization.own
+    mean: List[float] = field(default_factory=list)  # normalize=custom
+    std: List[float] = field(default_factory=list)
+    augment: Augment = Augment.none  # train-time augmentation (CIFAR / SVHN / Tiny-ImageNet)
     system_dirs: List[str] = field(default_factory=list)  # read-only places searched after data.root
+    writer_split: bool = False  # emnist: use LEAF FEMNIST's per-writer split when its files are present
 
 
 @dataclass
@@ -33,6 +44,8 @@ class DigitsConfig:
     name: str = "digits"
     test_fraction: float = 0.2
     normalize: Normalization = Normalization.own
+    mean: List[float] = field(default_factory=list)
+    std: List[float] = field(default_factory=list)
 
 
 @dataclass
@@ -51,6 +64,13 @@ class SyntheticConfig:
     min_samples: int = 50
     test_fraction: float = 0.2
     normalize: Normalization = Normalization.none
+    mean: List[float] = field(default_factory=list)
+    std: List[float] = field(default_factory=list)
+
+
+class ClassesScheme(Enum):
+    balanced = "balanced"  # FedAMD: every label held by the same number of clients, equal shares
+    mimic = "mimic"  # MimiC / NIID-Bench #C=k: client i holds label i mod C plus k-1 random others
 
 
 @dataclass
@@ -58,8 +78,21 @@ class PartitionConfig:
     name: str = MISSING
     num_clients: int = 100
     alpha: float = 0.3  # dirichlet concentration
-    min_samples: int = 10  # dirichlet: re-draw until every client has at least this many samples
-    max_tries: int = 1000
+    min_samples: int = 10  # dirichlet / quantity_skew: every client gets at least this many samples
+    max_tries: int = 1000  # dirichlet: re-draws allowed to satisfy min_samples
+    equal_sizes: bool = False  # dirichlet: FedSRC-D code's per-client q_i ~ Dir(alpha * prior), floor(n/N) each
+    shards_per_client: int = 2  # shards
+    classes_per_client: int = 2  # classes_per_client: k
+    scheme: ClassesScheme = ClassesScheme.balanced  # classes_per_client
+    max_per_client: int = 0  # classes_per_client scheme=mimic: cap per client (2000 in MimiC), 0 = none
+    similarity: float = 0.05  # majority_class: fraction of samples sent to a uniformly random client
+    sigma: float = 1.0  # quantity_skew: log-normal sigma of client sizes
+
+
+class Norm(Enum):
+    batch = "batch"
+    group = "group"
+    none = "none"
 
 
 @dataclass
@@ -67,6 +100,11 @@ class ModelConfig:
     name: str = MISSING
     hidden: List[int] = field(default_factory=list)  # mlp hidden sizes
     batch_norm: bool = False  # mlp: BatchNorm1d after each hidden layer
+    norm: Norm = Norm.batch  # resnet20 / resnet18 / vgg11 normalization layers
+    groups: int = 2  # GroupNorm groups
+    stem: str = "cifar"  # resnet18: cifar (3x3, stride 1) | imagenet (7x7 stride 2 + max-pool, torchvision)
+    variant: str = "mimic"  # vgg11: mimic (no BN, classifier 512-512-C) | gradma (BN, classifier 128-C)
+    dropout: float = 0.5  # gradma_cnn / vgg11 classifier dropout
 
 
 @dataclass

@@ -36,6 +36,14 @@ class LocalModule(L.LightningModule):
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
         self.hooks: Optional[LocalHooks] = None
         self.losses: list[torch.Tensor] = []
+        from fedbench.models import SeededDropout
+
+        self._dropouts = [m for m in model.modules() if isinstance(m, SeededDropout)]
+
+    def set_dropout_generator(self, gen: Optional[torch.Generator]) -> None:
+        """Draw dropout masks of the coming local steps from ``gen`` (a per-(seed, round, client) stream)."""
+        for m in self._dropouts:
+            m.generator = gen
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)

@@ -19,6 +19,7 @@ from fedbench.engine.runners import make_runner
 from fedbench.engine.trainer import ClientTrainer
 from fedbench.errors import ConfigError, require
 from fedbench.logging import RunLogger
+from fedbench.logging.plots import heatmap
 from fedbench.models import build_model
 from fedbench.participation import ParticipationProcess
 from fedbench.rng import torch_rng
@@ -122,6 +123,10 @@ class Simulation:
         name = cfg.algo.name
         logger.print(f"[{name}] {self.data.name}: {self.data.num_clients} clients, {self.dim:,} parameters, "
                      f"{cfg.rounds} rounds, device {self.device}")
+        png = heatmap(self.data.label_hist, self.run_dir / "partition.png", "label", "client",
+                      f"{self.data.name} / {cfg.partition.name}: samples per client and label")
+        logger.log_image("partition/label_histogram", png)
+        np.save(self.run_dir / "label_hist.npy", self.data.label_hist)
         for t in range(cfg.rounds):
             stats = self.round(t)
             window_losses.append(stats["train_loss"])

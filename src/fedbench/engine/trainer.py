@@ -39,6 +39,7 @@ class ClientTrainer:
               hooks: Optional[LocalHooks] = None, lr: Optional[float] = None) -> ClientUpdate:
         """Run ``steps`` local SGD steps of ``client`` from ``start``; return delta = y_steps - start."""
         batches = self.batches(rc, client, steps)
+        self.runner.module.set_dropout_generator(torch_rng(self.seed, "dropout", rc.round, client))
         loss = self.runner.run(start, self.buffers, batches, rc.lr if lr is None else lr, hooks)
         flat = self.runner.module.flat
         return ClientUpdate(
