@@ -9,17 +9,15 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Aggregation, Algorithm, Weighting
+from fedbench.algorithms.base import ALGORITHMS, Algorithm
+from fedbench.algorithms.fedavg import FedAvg
 
 
 @ALGORITHMS.register("fedavgm")
 class FedAvgM(Algorithm):
     @dataclass
-    class Config:
+    class Config(FedAvg.Config):
         name: str = "fedavgm"
-        weighting: Weighting = Weighting.uniform
-        aggregation: Aggregation = Aggregation.unbiased
-        server_lr: float = 1.0
         server_momentum: float = 0.9
 
     def __init__(self, cfg, ctx):
