@@ -1,0 +1,127 @@
+"""The federated dataset: all clients' data as tensors in memory, each client a contiguous slice."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from fedbench.data.augment import crop_flip
+from fedbench.data.partition import PARTITIONERS
+from fedbench.data.sources import LOADERS, CentralData
+from fedbench.errors import require
+from fedbench.rng import numpy_rng
+
+
+@dataclass
+class FederatedData:
+    """Training data sorted by client: client i owns rows ``offsets[i]:offsets[i+1]`` of ``x``/``y``."""
+
+    name: str
+    x: torch.Tensor
+    y: torch.Tensor
+    offsets: torch.Tensor  # (N+1,) int64
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    label_hist: np.ndarray  # (N, C) samples per client and label
+    attrs: Dict[str, np.ndarray]
+    partition_hash: str
+    augment: str = "none"  # none | per_sample | batch_level
+    pad_fill: Optional[torch.Tensor] = None
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets.numpy())
+
+    @property
+    def input_shape(self) -> tuple:
+        return tuple(self.x.shape[1:])
+
+    def to(self, device: torch.device) -> "FederatedData":
+        for name in ("x", "y", "x_test", "y_test"):
+            setattr(self, name, getattr(self, name).to(device))
+        return self
+
+    def client_batches(self, client: int, steps: int, batch_size: int, gen: torch.Generator) -> list:
+        """``steps`` minibatches of client ``client``: sampling without replacement within an epoch, epochs
+        chained (a fresh permutation each), all drawn from the per-(seed, round, client) generator ``gen``."""
+        lo = int(self.offsets[client])
+        n = int(self.offsets[client + 1]) - lo
+        need = steps * batch_size
+        perms = [torch.randperm(n, generator=gen) for _ in range(-(-need // n))]
+        idx = (torch.cat(perms)[:need] + lo).to(self.x.device)
+        xb, yb = self.x[idx], self.y[idx]
+        batches = list(zip(xb.split(batch_size), yb.split(batch_size)))
+        if self.augment != "none":
+            per_sample = self.augment == "per_sample"
+            batches = [(crop_flip(x, gen, self.pad_fill, per_sample), y) for x, y in batches]
+        return batches
+
+
+def _fingerprint(central: CentralData) -> str:
+    h = hashlib.sha256()
+    h.update(central.name.encode())
+    h.update(central.y_train.numpy().tobytes())
+    h.update(str(tuple(central.x_train.shape)).encode())
+    return h.hexdigest()[:16]
+
+
+def build_federated(dataset_cfg: Any, partition_cfg: Any, root: Path, seed: int, cache: bool) -> FederatedData:
+    """Load the dataset, partition it (or reuse a cached partition with the same inputs), sort by client."""
+    central = LOADERS.get_class(dataset_cfg.name)(dataset_cfg, root, seed)
+    labels = central.y_train.numpy()
+    part_dict = OmegaConf.to_container(partition_cfg, resolve=True, enum_to_str=True)
+    key = json.dumps({"data": _fingerprint(central), "partition": part_dict, "seed": seed}, sort_keys=True)
+    phash = hashlib.sha256(key.encode()).hexdigest()[:16]
+    cache_file = root / "cache" / "partitions" / f"{phash}.npz"
+    if cache and cache_file.is_file():
+        with np.load(cache_file) as z:
+            owner = z["owner"]
+            attrs = {k[5:]: z[k] for k in z.files if k.startswith("attr_")}
+    else:
+        partitioner = PARTITIONERS.get_class(partition_cfg.name)
+        owner, attrs = partitioner(labels, partition_cfg, numpy_rng(seed, f"partition/{partition_cfg.name}"),
+                                   central.natural_clients)
+        if cache:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_file.with_name(cache_file.stem + ".tmp.npz")
+            np.savez(tmp, owner=owner, **{f"attr_{k}": v for k, v in attrs.items()})
+            tmp.replace(cache_file)
+    used = np.flatnonzero(owner >= 0)
+    owner_used = owner[used]
+    num_clients = max(int(owner_used.max()) + 1, partition_cfg.num_clients)
+    order = torch.from_numpy(used[np.argsort(owner_used, kind="stable")])
+    counts = np.bincount(owner_used, minlength=num_clients)
+    empty = np.flatnonzero(counts == 0)
+    require(empty.size == 0, "partition", f"{empty.size} of {num_clients} clients received no samples "
+            f"(e.g. client {empty[:1].tolist()}).", "use fewer clients or a less extreme split.")
+    offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+    hist = np.zeros((num_clients, central.num_classes), dtype=np.int64)
+    np.add.at(hist, (owner_used, labels[used]), 1)
+    attrs = {"size": counts, "majority_label": hist.argmax(axis=1), **attrs}
+    return FederatedData(
+        name=central.name,
+        x=central.x_train[order].contiguous(),
+        y=central.y_train[order].contiguous(),
+        offsets=offsets,
+        x_test=central.x_test,
+        y_test=central.y_test,
+        num_classes=central.num_classes,
+        label_hist=hist,
+        attrs=attrs,
+        partition_hash=phash,
+        augment=dataset_cfg.augment.value if "augment" in dataset_cfg else "none",
+        pad_fill=central.pad_fill,
+    )
+

@@ -1,0 +1,203 @@
+"""Partitioners: assign every training sample to at most one client.
+
+A partitioner maps (labels, config, rng, natural split) to ``(owner, attrs)``: a per-sample client id array (-1:
+the sample is not used, e.g. beyond a per-client cap) and
+per-client attributes (e.g. ``majority_label``) that participation processes may use. Results are cached on disk
+under a hash of their inputs, so every algorithm and every job of a sweep reuses the same split.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from fedbench.errors import ConfigError, require
+from fedbench.registry import Registry
+
+Result = Tuple[np.ndarray, Dict[str, np.ndarray]]
+
+
+def _from_lists(parts: list, num: int) -> np.ndarray:
+    owner = np.full(num, -1, dtype=np.int64)
+    for k, idx in enumerate(parts):
+        owner[np.asarray(idx, dtype=np.int64)] = k
+    return owner
+
+
+def iid(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
+    """Uniformly shuffled, near-equal client sizes."""
+    return _from_lists(np.array_split(rng.permutation(len(labels)), cfg.num_clients), len(labels)), {}
+
+
+def dirichlet(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
+    """Label skew by Dirichlet proportions.
+
+    Default (Hsu et al., 2019; NIID-Bench; GradMA's Dp(omega)): for each class c, q_c ~ Dir(alpha 1_N) splits the
+    class over clients; a client already holding >= n/N samples gets no more; the draw is repeated until every
+    client holds at least ``min_samples`` (at most ``max_tries`` draws).
+    ``equal_sizes=true`` (FedSRC-D's code): each client i draws q_i ~ Dir(alpha * class prior) and takes samples
+    class by class from the pools until it holds floor(n/N); an emptied class is removed from q_i.
+    """
+    n, num = cfg.num_clients, len(labels)
+    require(cfg.alpha > 0, "partition.alpha", f"{cfg.alpha} is not positive.", "use alpha > 0 (e.g. 0.3).")
+    require(cfg.min_samples * n <= num, "partition.min_samples",
+            f"{cfg.min_samples} samples for each of {n} clients exceeds the {num} training samples.",
+            "lower partition.min_samples or partition.num_clients.")
+    classes = np.unique(labels)
+    if cfg.equal_sizes:
+        return _dirichlet_equal(labels, classes, n, cfg.alpha, rng), {}
+    by_class = [np.flatnonzero(labels == c) for c in classes]
+    for _ in range(cfg.max_tries):
+        owner = np.empty(num, dtype=np.int64)
+        counts = np.zeros(n, dtype=np.int64)
+        for idx in by_class:
+            idx = rng.permutation(idx)
+            q = rng.dirichlet(np.full(n, cfg.alpha))
+            q = q * (counts < num / n)
+            q = q / q.sum()
+            cuts = (np.cumsum(q) * len(idx)).astype(np.int64)[:-1]
+            for k, part in enumerate(np.split(idx, cuts)):
+                owner[part] = k
+                counts[k] += len(part)
+        if counts.min() >= cfg.min_samples:
+            return owner, {}
+    raise ConfigError(
+        "partition.min_samples",
+        f"no Dirichlet(alpha={cfg.alpha}) draw gave every one of {n} clients {cfg.min_samples} samples "
+        f"in {cfg.max_tries} tries.",
+        "lower partition.min_samples, raise partition.alpha, or raise partition.max_tries.",
+    )
+
+
+def _dirichlet_equal(labels, classes, n, alpha, rng) -> np.ndarray:
+    pools = [list(rng.permutation(np.flatnonzero(labels == c))) for c in classes]
+    prior = np.array([len(p) for p in pools], dtype=np.float64) / len(labels)
+    size = len(labels) // n
+    owner = np.full(len(labels), -1, dtype=np.int64)
+    for i in range(n):
+        q = rng.dirichlet(alpha * prior)
+        taken = 0
+        while taken < size:
+            q = np.where([len(p) > 0 for p in pools], q, 0.0)
+            if q.sum() <= 0:  # the classes this client wanted are exhausted: fall back to the remaining prior
+                q = np.array([len(p) for p in pools], dtype=np.float64)
+            c = rng.choice(len(pools), p=q / q.sum())
+            owner[pools[c].pop()] = i
+            taken += 1
+    return owner  # the n mod N samples left over stay unassigned (-1), as in the code
+
+
+def shards(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
+    """McMahan et al. (2017): sort by label, cut into N * shards_per_client equal shards, deal them at random."""
+    n, k = cfg.num_clients, cfg.shards_per_client
+    require(k >= 1 and n * k <= len(labels), "partition.shards_per_client",
+            f"{n} clients x {k} shards does not fit {len(labels)} samples.", "use fewer shards or clients.")
+    order = np.argsort(labels, kind="stable")
+    pieces = np.array_split(order, n * k)
+    deal = rng.permutation(n * k)
+    return _from_lists([np.concatenate([pieces[s] for s in deal[i * k:(i + 1) * k]]) for i in range(n)],
+                       len(labels)), {}
+
+
+def classes_per_client(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
+    """Each client holds k distinct classes.
+
+    scheme=balanced (FedAMD's code, generalized): ceil(N k / C) random permutations of the labels are concatenated
+    and cut into N groups of k (re-drawn while a group repeats a label), so each label is held by ~N k / C clients;
+    each class is split equally among its holders. scheme=mimic (NIID-Bench #C=k, MimiC): client i holds label
+    i mod C plus k-1 distinct others drawn uniformly; each class is split into one chunk per holder, each holder
+    taking at most ``max_per_client / k`` samples of it (0 = no cap). Samples beyond the caps are left out.
+    """
+    n, k = cfg.num_clients, cfg.classes_per_client
+    classes = np.unique(labels)
+    c = len(classes)
+    require(1 <= k <= c, "partition.classes_per_client", f"{k} is not between 1 and the {c} classes.",
+            f"use 1 <= k <= {c}.")
+    scheme = cfg.scheme.value if hasattr(cfg.scheme, "value") else str(cfg.scheme)
+    if scheme == "balanced":
+        for _ in range(1000):
+            seq = np.concatenate([rng.permutation(classes) for _ in range(-(-n * k // c))])[: n * k]
+            held = seq.reshape(n, k)
+            if all(len(set(row)) == k for row in held):
+                break
+        else:
+            raise ConfigError("partition.classes_per_client", f"could not give {n} clients {k} distinct classes.",
+                              "change partition.num_clients or partition.classes_per_client.")
+    else:
+        held = np.array([[classes[i % c], *rng.choice(np.delete(classes, i % c), k - 1, replace=False)]
+                         for i in range(n)])
+    parts = [[] for _ in range(n)]
+    cap = cfg.max_per_client // k if scheme == "mimic" and cfg.max_per_client > 0 else None
+    for cls in classes:
+        holders = np.flatnonzero((held == cls).any(axis=1))
+        if holders.size == 0:
+            continue
+        idx = rng.permutation(np.flatnonzero(labels == cls))
+        for h, chunk in zip(holders, np.array_split(idx, holders.size)):
+            parts[h].append(chunk[:cap] if cap else chunk)
+    owner = _from_lists([np.concatenate(p) for p in parts], len(labels))
+    return owner, {"majority_label": held[:, 0].astype(np.int64)}
+
+
+def majority_class(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
+    """Wang & Ji (2022, App. D): client n's majority label is the i with round(iN/C) <= n < round((i+1)N/C).
+    Samples are assigned in dataset order: with probability ``similarity`` to a uniformly random client, else to
+    the client of label y holding the fewest samples so far (ties to the lowest id)."""
+    n, num = cfg.num_clients, len(labels)
+    classes = np.unique(labels)
+    c = len(classes)
+    require(n >= c, "partition.num_clients", f"{n} clients cannot each have one of {c} majority labels.",
+            f"use partition.num_clients >= {c}.")
+    require(0 <= cfg.similarity <= 1, "partition.similarity", f"{cfg.similarity} is not a probability.",
+            "use a value in [0, 1].")
+    bounds = np.round(np.arange(c + 1) * n / c).astype(np.int64)
+    major = np.searchsorted(bounds, np.arange(n), side="right") - 1
+    members = [np.arange(bounds[i], bounds[i + 1]) for i in range(c)]
+    label_pos = np.searchsorted(classes, labels)
+    rand = rng.random(num)
+    random_client = rng.integers(0, n, num)
+    counts = np.zeros(n, dtype=np.int64)
+    owner = np.empty(num, dtype=np.int64)
+    for j in range(num):
+        if rand[j] <= cfg.similarity:
+            k = random_client[j]
+        else:
+            group = members[label_pos[j]]
+            k = group[np.argmin(counts[group])]
+        owner[j] = k
+        counts[k] += 1
+    return owner, {"majority_label": classes[major].astype(np.int64)}
+
+
+def quantity_skew(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
+    """Quantity skew: client sizes proportional to LogNormal(0, sigma) draws (at least ``min_samples``), samples
+    drawn IID."""
+    n, num = cfg.num_clients, len(labels)
+    require(cfg.min_samples * n <= num, "partition.min_samples",
+            f"{cfg.min_samples} samples for each of {n} clients exceeds the {num} training samples.",
+            "lower partition.min_samples or partition.num_clients.")
+    w = rng.lognormal(0.0, cfg.sigma, n)
+    extra = num - cfg.min_samples * n
+    sizes = cfg.min_samples + np.floor(w / w.sum() * extra).astype(np.int64)
+    sizes[: num - sizes.sum()] += 1  # hand out the rounding remainder
+    return _from_lists(np.split(rng.permutation(num), np.cumsum(sizes)[:-1]), num), {}
+
+
+def natural(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
+    """The dataset's own per-user split (LEAF-style: Synthetic(alpha, beta), FEMNIST writers)."""
+    if natural is None:
+        raise ConfigError(
+            "partition", "partition=natural needs a dataset with a natural per-user split.",
+            "use dataset=synthetic or dataset.writer_split=true (FEMNIST), or a split such as partition=dirichlet.",
+        )
+    users = int(natural.max()) + 1
+    require(cfg.num_clients in (users, 0), "partition.num_clients",
+            f"{cfg.num_clients} does not match the dataset's {users} natural users.",
+            f"set partition.num_clients={users} (or 0 to take the dataset's count).")
+    return natural.astype(np.int64), {}
+
+
+PARTITIONERS = Registry("partition")
+PARTITIONERS.update({"iid": iid, "dirichlet": dirichlet, "shards": shards, "classes_per_client": classes_per_client,
+                     "majority_class": majority_class, "quantity_skew": quantity_skew, "natural": natural})
