@@ -25,6 +25,13 @@ def _from_lists(parts: list, num: int) -> np.ndarray:
     return owner
 
 
+def _require_room(cfg: Any, num: int) -> None:
+    """``min_samples`` for each of ``num_clients`` clients must fit the ``num`` training samples."""
+    require(cfg.min_samples * cfg.num_clients <= num, "partition.min_samples",
+            f"{cfg.min_samples} samples for each of {cfg.num_clients} clients exceeds the {num} training samples.",
+            "lower partition.min_samples or partition.num_clients.")
+
+
 def iid(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
     """Uniformly shuffled, near-equal client sizes."""
     return _from_lists(np.array_split(rng.permutation(len(labels)), cfg.num_clients), len(labels)), {}
@@ -41,9 +48,7 @@ def dirichlet(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: O
     """
     n, num = cfg.num_clients, len(labels)
     require(cfg.alpha > 0, "partition.alpha", f"{cfg.alpha} is not positive.", "use alpha > 0 (e.g. 0.3).")
-    require(cfg.min_samples * n <= num, "partition.min_samples",
-            f"{cfg.min_samples} samples for each of {n} clients exceeds the {num} training samples.",
-            "lower partition.min_samples or partition.num_clients.")
+    _require_room(cfg, num)
     classes = np.unique(labels)
     if cfg.equal_sizes:
         return _dirichlet_equal(labels, classes, n, cfg.alpha, rng), {}
@@ -174,9 +179,7 @@ def quantity_skew(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natura
     """Quantity skew: client sizes proportional to LogNormal(0, sigma) draws (at least ``min_samples``), samples
     drawn IID."""
     n, num = cfg.num_clients, len(labels)
-    require(cfg.min_samples * n <= num, "partition.min_samples",
-            f"{cfg.min_samples} samples for each of {n} clients exceeds the {num} training samples.",
-            "lower partition.min_samples or partition.num_clients.")
+    _require_room(cfg, num)
     w = rng.lognormal(0.0, cfg.sigma, n)
     extra = num - cfg.min_samples * n
     sizes = cfg.min_samples + np.floor(w / w.sum() * extra).astype(np.int64)
