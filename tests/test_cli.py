@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import ROOT, TINY
@@ -38,11 +39,14 @@ def test_same_seed_same_metrics(tmp_path):
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert summary["rounds"] == 4 and summary["final_test_acc"] == float(a[-1]["test_acc"])
     assert {"best_test_acc", "rounds_to_target", "wall_time_s", "bytes_up"} <= set(summary)
-    assert (tmp_path / "a" / "config.yaml").is_file() and (tmp_path / "a" / "participation.npz").is_file()
+    for name in ("config.yaml", "participation.npz", "participation.png", "rounds.csv"):
+        assert (tmp_path / "a" / name).is_file(), name
+    rounds = list(csv.DictReader(open(tmp_path / "a" / "rounds.csv")))
+    assert [r["round"] for r in rounds] == ["1", "2", "3", "4"] and {r["selected"] for r in rounds} == {"4"}
 
 
-def test_multirun_four_jobs_with_wandb_offline(tmp_path):
-    proc = run(["-m", *TINY, "algo=fedavg,fedavgm", "seed=0,1", "logger=wandb",
+def test_multirun_four_jobs_with_wandb_offline_share_the_participation_trace(tmp_path):
+    proc = run(["-m", *TINY, "participation=markov", "algo=fedavg,fedavgm", "seed=0,1", "logger=wandb",
                 f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
     jobs = sorted(p for p in (tmp_path / "sweep").iterdir() if p.is_dir() and (p / "summary.json").exists())
     assert len(jobs) == 4, proc.stdout
@@ -50,6 +54,14 @@ def test_multirun_four_jobs_with_wandb_offline(tmp_path):
         assert list((job / "wandb").glob("offline-run-*")), f"no offline W&B run in {job}"
     names = {json.loads((j / "summary.json").read_text())["algorithm"] for j in jobs}
     assert names == {"fedavg", "fedavgm"}
+    traces = {}
+    for job in jobs:
+        summary = json.loads((job / "summary.json").read_text())
+        with np.load(job / "participation.npz") as z:
+            traces.setdefault(summary["seed"], []).append({k: z[k] for k in z.files})
+    for seed, (a, b) in traces.items():  # same seed: the same trace for both algorithms
+        assert all(np.array_equal(a[k], b[k]) for k in a), seed
+    assert not np.array_equal(traces[0][0]["selected"], traces[1][0]["selected"])
 
 
 def test_sweep_group_ignores_seed():
@@ -64,6 +76,8 @@ def test_sweep_group_ignores_seed():
     (["-m", "algo=fedavg,nope"], "Unknown option 'nope'"),
     (["algo.weighting=foo"], "Allowed: uniform, samples"),
     (["participation.selection.clients_per_round=11"], "participation.selection.clients_per_round"),
+    (["participation=periodic", "participation.availability.group_by=colour"],
+     "participation.availability.group_by': 'colour' is not an attribute"),
     (["dataset=fmnist", "model=cnn_fmnist", "dataset.system_dirs=[]"], "FashionMNIST files not found"),
 ])
 def test_bad_input_one_paragraph_no_traceback(tmp_path, args, expected):

@@ -115,6 +115,9 @@ class ParticipationConfig:
     availability: Any = MISSING
     selection: Any = MISSING
     dropout: Any = MISSING
+    first_round_full: bool = False  # every client takes part in round 0 (MimiC's assumption, §5)
+    min_available: int = 0  # top up rounds with fewer available clients at random (MimiC code uses 2)
+    inclusion_samples: int = 2000  # Monte-Carlo draws for inclusion probabilities that have no closed form
 
 
 class ClientRunner(Enum):

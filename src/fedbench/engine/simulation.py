@@ -21,7 +21,7 @@ from fedbench.errors import ConfigError, require
 from fedbench.logging import RunLogger
 from fedbench.logging.plots import heatmap
 from fedbench.models import build_model
-from fedbench.participation import ParticipationProcess
+from fedbench.participation import LayerContext, ParticipationProcess
 from fedbench.rng import torch_rng
 
 
@@ -70,7 +70,8 @@ class Simulation:
         self.buffers = self.module.flat.buffers.detach().clone()
         self.trainer.buffers = self.buffers
         n = self.data.num_clients
-        self.participation = ParticipationProcess(cfg.participation, n, seed, cfg.client.local_steps, self.data.attrs)
+        self.participation = ParticipationProcess(cfg.participation, LayerContext(
+            n, seed, cfg.rounds, cfg.client.local_steps, self.data.sizes, self.data.attrs))
         self.algo = ALGORITHMS.get_class(cfg.algo.name)(
             cfg.algo, AlgoContext(self.x.numel(), n, self.data.sizes, self.device, seed)
         )
@@ -101,15 +102,17 @@ class Simulation:
             w, wn = next(completed)
             update = self.algo.client_update(self.trainer, rc, client, steps, self.x, payload)
             self.algo.accumulate(rc, client, update, float(w))
+            self.participation.observe(t, client, update)
             if new_buffers is not None and update.buffers is not None:
                 new_buffers.add_(update.buffers, alpha=float(wn))
             self.bytes_up += update.upload_bytes
             losses.append(update.loss)
         self.algo.server_update(rc, self.x)
+        self.participation.end_round(t)
         if new_buffers is not None and losses:
             self.buffers.copy_(new_buffers)
-        return {"selected": int(part.selected.size), "completed": int(part.completed.sum()),
-                "train_loss": float(np.mean(losses)) if losses else math.nan}
+        return {"round": t + 1, "available": int(part.available.sum()), "selected": int(part.selected.size),
+                "completed": int(part.completed.sum()), "train_loss": float(np.mean(losses)) if losses else math.nan}
 
     def evaluate(self) -> tuple[float, float]:
         self.trainer.runner.load(self.x, self.buffers)
@@ -129,6 +132,7 @@ class Simulation:
         np.save(self.run_dir / "label_hist.npy", self.data.label_hist)
         for t in range(cfg.rounds):
             stats = self.round(t)
+            logger.log_round(stats)
             window_losses.append(stats["train_loss"])
             r = t + 1
             if r % cfg.eval_every == 0 or r == cfg.rounds:
@@ -156,6 +160,9 @@ class Simulation:
                     logger.print(f"[{name}] stopping: the test loss is not finite (diverged)")
                     break
         np.savez_compressed(self.run_dir / "participation.npz", **self.participation.trace_arrays())
+        png = heatmap(self.participation.trace_image(), self.run_dir / "participation.png", "client", "round",
+                      f"{cfg.participation.name}: 0 unavailable, 1 available, 2 selected, 3 completed")
+        logger.log_image("participation/trace", png)
         return self.summary(history, time.perf_counter() - start)
 
     def summary(self, history: list, wall: float) -> Dict[str, Any]:

@@ -1,7 +1,7 @@
 """Writes a run's results into its directory and, optionally, to Weights & Biases.
 
 Files (always): ``config.yaml`` (resolved), ``metrics.csv`` (one row per evaluation, flushed as it is written),
-``summary.json``. W&B (``logger=wandb``, offline by default) gets the same rows, the summary and images; runs of a
+``rounds.csv`` (per-round participation counts and training loss), ``summary.json``. W&B (``logger=wandb``, offline by default) gets the same rows, the summary and images; runs of a
 sweep share a group derived from the config without the seed, and ``finish`` is always called.
 """
 
@@ -39,6 +39,8 @@ class RunLogger:
         (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(_plain(cfg)))
         self._csv_file = None
         self._csv = None
+        self._rounds_file = None
+        self._rounds = None
         self.wandb = None
         if cfg.logger.wandb:
             self._init_wandb(cfg)
@@ -62,6 +64,8 @@ class RunLogger:
         )
 
     def log_eval(self, row: Dict[str, Any]) -> None:
+        if self._rounds_file is not None:
+            self._rounds_file.flush()
         if self._csv is None:
             self._csv_file = open(self.run_dir / "metrics.csv", "w", newline="")
             self._csv = csv.DictWriter(self._csv_file, fieldnames=list(row))
@@ -70,6 +74,16 @@ class RunLogger:
         self._csv_file.flush()
         if self.wandb is not None:
             self.wandb.log(row, step=int(row["round"]))
+
+    def log_round(self, row: Dict[str, Any]) -> None:
+        """Per-round statistics: ``rounds.csv`` and W&B keys ``round/<name>``."""
+        if self._rounds is None:
+            self._rounds_file = open(self.run_dir / "rounds.csv", "w", newline="")
+            self._rounds = csv.DictWriter(self._rounds_file, fieldnames=list(row))
+            self._rounds.writeheader()
+        self._rounds.writerow(row)
+        if self.wandb is not None:
+            self.wandb.log({f"round/{k}": v for k, v in row.items() if k != "round"}, step=int(row["round"]))
 
     def log_image(self, key: str, path: Path) -> None:
         if self.wandb is not None:
@@ -90,9 +104,10 @@ class RunLogger:
             print(line, flush=True)
 
     def finish(self, exit_code: int = 0) -> None:
-        if self._csv_file is not None:
-            self._csv_file.close()
-            self._csv_file = None
+        for f in (self._csv_file, self._rounds_file):
+            if f is not None:
+                f.close()
+        self._csv_file = self._rounds_file = self._csv = self._rounds = None
         if self.wandb is not None:
             self.wandb.finish(exit_code=exit_code)
             self.wandb = None

@@ -4,7 +4,7 @@ Each layer is a nested config group (``participation/availability``, ``participa
 ``participation/dropout``); ``participation=<preset>`` picks a combination. See ``process.py``.
 """
 
-from fedbench.participation.base import AVAILABILITY, DROPOUT, SELECTION, RoundParticipation
+from fedbench.participation.base import AVAILABILITY, DROPOUT, SELECTION, LayerContext, RoundParticipation
 from fedbench.participation import availability as _availability  # noqa: F401  (registers)
 from fedbench.participation import dropout as _dropout  # noqa: F401
 from fedbench.participation import selection as _selection  # noqa: F401
@@ -12,4 +12,4 @@ from fedbench.participation.process import ParticipationProcess
 
 LAYERS = {"availability": AVAILABILITY, "selection": SELECTION, "dropout": DROPOUT}
 
-__all__ = ["LAYERS", "ParticipationProcess", "RoundParticipation"]
+__all__ = ["LAYERS", "LayerContext", "ParticipationProcess", "RoundParticipation"]

@@ -1,52 +1,115 @@
 """The participation process: availability -> selection -> dropout, one counter-based stream per layer.
 
 Round t's draws come from ``(seed, "participation/<layer>", t)`` and never from the training streams, so every
-algorithm run with the same seed sees the same trace (common random numbers across a sweep).
+algorithm run with the same seed sees the same trace (common random numbers across a sweep); only adaptive
+selection rules, which look at the updates, break this on purpose.
+
+Expected counts E[m_i] (the Horvitz-Thompson denominators) are
+
+* exact when round t's availability is fixed in advance (``always``, ``periodic``, ``round_robin_dropout``,
+  ``trace``, and round 0 under ``first_round_full``): E[count | A_t] x P(complete);
+* exact for ``selection=all`` when the availability marginal is known: P(available) x P(complete);
+* otherwise Monte-Carlo estimates over ``inclusion_samples`` draws of the round's availability law. For
+  independent clients (``bernoulli``, ``markov``, ``sinusoidal``) the estimator is Rao-Blackwellized,
+  p_i(t) E[count_i | A with i available], which is positive and has low variance. Estimates are cached per law.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
-from fedbench.participation.base import AVAILABILITY, DROPOUT, SELECTION, RoundParticipation
+from fedbench.errors import require
+from fedbench.participation.base import AVAILABILITY, DROPOUT, SELECTION, LayerContext, RoundParticipation
+from fedbench.participation.selection import All
 from fedbench.rng import numpy_rng
 
 
 class ParticipationProcess:
-    def __init__(
-        self,
-        cfg: Any,
-        num_clients: int,
-        seed: int,
-        local_steps: int,
-        attrs: Mapping[str, np.ndarray] | None = None,
-    ):
-        attrs = attrs or {}
-        self.num_clients = num_clients
-        self.seed = seed
-        self.local_steps = local_steps
-        self.availability = AVAILABILITY.get_class(cfg.availability.kind)(cfg.availability, num_clients, attrs)
-        self.selection = SELECTION.get_class(cfg.selection.kind)(cfg.selection, num_clients, attrs)
-        self.dropout = DROPOUT.get_class(cfg.dropout.kind)(cfg.dropout, num_clients, attrs)
+    def __init__(self, cfg: Any, ctx: LayerContext):
+        self.cfg = cfg
+        self.ctx = ctx
+        self.num_clients = n = ctx.num_clients
+        self.seed = ctx.seed
+        self.local_steps = ctx.local_steps
+        self.availability = AVAILABILITY.get_class(cfg.availability.kind)(cfg.availability, ctx)
+        ctx.long_run_availability = np.asarray(self.availability.long_run(), dtype=np.float64)
+        self.selection = SELECTION.get_class(cfg.selection.kind)(cfg.selection, ctx)
+        self.dropout = DROPOUT.get_class(cfg.dropout.kind)(cfg.dropout, ctx)
+        require(0 <= cfg.min_available <= n, "participation.min_available",
+                f"{cfg.min_available} is not between 0 and the number of clients ({n}).",
+                f"use 0 (no fallback) up to {n}.")
+        require(cfg.inclusion_samples >= 100, "participation.inclusion_samples", f"{cfg.inclusion_samples}.",
+                "use at least 100 Monte-Carlo draws.")
         self.history: list[RoundParticipation] = []
+        self._cache: dict[bytes, np.ndarray] = {}
 
     def _rng(self, layer: str, t: int) -> np.random.Generator:
         return numpy_rng(self.seed, f"participation/{layer}", t)
+
+    def _top_up(self, masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Rows with fewer than ``min_available`` clients get random extra clients (MimiC code's fallback)."""
+        k = self.cfg.min_available
+        short = masks.sum(axis=1) < k
+        if not short.any():
+            return masks
+        scores = rng.random(masks.shape)
+        scores[masks] = 2.0  # the available clients stay
+        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        extra = np.zeros_like(masks)
+        np.put_along_axis(extra, top, True, axis=1)
+        out = masks.copy()
+        out[short] |= extra[short]
+        return out
+
+    def _expected(self, t: int, raw: np.ndarray, first_full: bool) -> tuple[np.ndarray, bool]:
+        avail, sel = self.availability, self.selection
+        p_complete = self.dropout.p_complete
+        if first_full:
+            return sel.expected(np.ones((1, self.num_clients), dtype=bool))[0] * p_complete, True
+        if avail.deterministic and raw.sum() >= self.cfg.min_available:
+            return sel.expected(raw[None])[0] * p_complete, True
+        prob = avail.prob(t)
+        if isinstance(sel, All) and prob is not None and self.cfg.min_available == 0:
+            return prob * p_complete, True
+        key = b"" if prob is None else prob.tobytes()
+        if sel.adaptive or key not in self._cache:
+            rng, m = self._rng("inclusion", t), self.cfg.inclusion_samples
+            if avail.independent and self.cfg.min_available == 0:
+                est = prob * sel.expected_forced(avail.sample(t, rng, m)).mean(axis=0)
+            else:
+                masks = self._top_up(avail.sample(t, rng, m), rng)
+                est = np.maximum(sel.expected(masks).mean(axis=0), 0.5 / m)
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[key] = est
+        return self._cache[key] * p_complete, False
 
     def round(self, t: int) -> RoundParticipation:
         """Draw round t. Rounds must be drawn in order (availability may be a Markov chain)."""
         if t != len(self.history):
             raise RuntimeError(f"participation rounds must be drawn in order: expected {len(self.history)}, got {t}")
-        available = self.availability.mask(t, self._rng("availability", t))
-        selected, cond_count = self.selection.select(t, available, self._rng("selection", t))
-        completed, steps, p_complete = self.dropout.apply(t, selected, self.local_steps, self._rng("dropout", t))
-        # Given a deterministic availability, E[count | A_t] is the marginal expectation.
-        expected = cond_count * p_complete
-        rp = RoundParticipation(t, available, selected, completed, steps, expected, expected_exact=True)
+        raw = self.availability.mask(t, self._rng("availability", t))
+        first_full = t == 0 and self.cfg.first_round_full
+        if first_full:
+            available = np.ones(self.num_clients, dtype=bool)
+        else:
+            available = self._top_up(raw[None], self._rng("availability/fallback", t))[0]
+        selected = np.asarray(self.selection.select(t, available, self._rng("selection", t)), dtype=np.int64)
+        completed, steps = self.dropout.apply(t, selected, self.local_steps, self._rng("dropout", t))
+        expected, exact = self._expected(t, raw, first_full)
+        rp = RoundParticipation(t, available, selected, completed, steps, expected, expected_exact=exact)
         self.history.append(rp)
         return rp
+
+    def observe(self, t: int, client: int, update: Any) -> None:
+        """Pass a completed client update to the selection rule (adaptive samplers learn from it)."""
+        self.selection.observe(t, client, update)
+
+    def end_round(self, t: int) -> None:
+        if self.selection.adaptive:
+            self.selection.end_round(t)
 
     def trace_arrays(self) -> dict[str, np.ndarray]:
         """The drawn trace as dense rounds x clients arrays (for ``participation.npz`` and plots)."""
@@ -57,6 +120,7 @@ class ParticipationProcess:
             "completed": np.zeros((r, n), dtype=np.int16),
             "local_steps": np.zeros((r, n), dtype=np.int32),
             "expected_count": np.zeros((r, n), dtype=np.float32),
+            "expected_exact": np.zeros(r, dtype=bool),
         }
         for t, rp in enumerate(self.history):
             out["available"][t] = rp.available
@@ -64,4 +128,17 @@ class ParticipationProcess:
             np.add.at(out["completed"][t], rp.completed_ids, 1)
             np.add.at(out["local_steps"][t], rp.completed_ids, rp.completed_steps)
             out["expected_count"][t] = rp.expected_count
+            out["expected_exact"][t] = rp.expected_exact
         return out
+
+    def trace_image(self, max_rows: int = 1000) -> np.ndarray:
+        """Rounds x clients codes 0 unavailable, 1 available, 2 selected, 3 completed (rows binned to max_rows)."""
+        arrays = self.trace_arrays()
+        code = arrays["available"].astype(np.float32)
+        code = np.where(arrays["selected"] > 0, 2.0, code)
+        code = np.where(arrays["completed"] > 0, 3.0, code)
+        r = code.shape[0]
+        if r > max_rows:
+            edges = np.linspace(0, r, max_rows + 1).astype(int)
+            code = np.add.reduceat(code, edges[:-1], axis=0) / np.diff(edges)[:, None]
+        return code
