@@ -2,6 +2,7 @@
 
 Per round the engine calls, in order::
 
+    part = plan_round(part)                             # may replace who trains (e.g. wait-for-all baselines)
     begin_round(rc, x)                                  # once; x is the global model (d,)
     for each completed client entry (client i, steps s):
         payload = payload(rc, i)                        # what is broadcast besides x (counted in bytes down)
@@ -10,8 +11,9 @@ Per round the engine calls, in order::
     server_update(rc, x)                                # update x in place
 
 ``rc`` (``RoundContext``) carries the participation of the round: selected and completed clients, their expected
-counts (inclusion probabilities) and local steps. State that must survive a checkpoint (server momentum,
-per-client memories) is declared with ``declare`` and nowhere else.
+counts (inclusion probabilities) and local steps, and the round's client learning rate. State that must survive
+a checkpoint is declared: server vectors with ``declare``, per-client vectors with ``declare_table`` (rows in the
+shared client-state store, ``fedbench.engine.client_state``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import torch
 from fedbench.engine.local import LocalHooks
 from fedbench.participation.base import RoundParticipation
 from fedbench.registry import Registry
+
+from fedbench.engine.client_state import ClientStateStore, ClientTable
 
 if TYPE_CHECKING:
     from fedbench.engine.trainer import ClientTrainer
@@ -50,6 +54,8 @@ class AlgoContext:
     sizes: np.ndarray  # (N,) samples per client
     device: torch.device
     seed: int
+    store: Optional["ClientStateStore"] = None  # per-client tables; a private in-memory store when None
+    local_steps: int = 1  # client.local_steps
 
 
 @dataclass
@@ -84,6 +90,9 @@ class Algorithm:
         self.cfg = cfg
         self.ctx = ctx
         self._state: Dict[str, torch.Tensor] = {}
+        self._tables: Dict[str, ClientTable] = {}
+        if ctx.store is None:
+            ctx.store = ClientStateStore(ctx.num_clients, ctx.device)
         weighting = getattr(cfg, "weighting", Weighting.uniform)
         sizes = ctx.sizes.astype(np.float64)
         self.p = sizes / sizes.sum() if weighting == Weighting.samples else np.full(ctx.num_clients, 1.0 / ctx.num_clients)
@@ -97,15 +106,31 @@ class Algorithm:
         self._state[name] = tensor
         return tensor
 
+    def declare_table(self, name: str, dim: Optional[int] = None) -> ClientTable:
+        """Register a per-client (N, dim) table in the client-state store (rows read as 0 until written)."""
+        if name in self._tables:
+            raise ValueError(f"table '{name}' declared twice")
+        self._tables[name] = self.ctx.store.table(f"{self.cfg.name}/{name}", dim or self.ctx.dim)
+        return self._tables[name]
+
     def state_dict(self) -> Dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in self._state.items()}
+        out = {k: v.detach().clone() for k, v in self._state.items()}
+        for name, table in self._tables.items():
+            out.update({f"clients/{name}/{k}": v.clone() for k, v in table.state().items()})
+        return out
 
     def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
-        missing = set(self._state) ^ set(state)
+        tables = {f"clients/{name}/{k}" for name in self._tables for k in ("ids", "rows")}
+        missing = (set(self._state) | tables) ^ set(state)
         if missing:
             raise KeyError(f"state keys differ: {sorted(missing)}")
-        for k, v in state.items():
-            self._state[k].copy_(v)
+        for k, v in self._state.items():
+            v.copy_(state[k])
+        for name, table in self._tables.items():
+            table.load({k: state[f"clients/{name}/{k}"] for k in ("ids", "rows")})
+
+    def server_state_bytes(self) -> int:
+        return sum(v.numel() * v.element_size() for v in self._state.values())
 
     # ---- weights ---------------------------------------------------------------------------------------------
     def entry_weights(self, rc: RoundContext) -> np.ndarray:
@@ -127,6 +152,10 @@ class Algorithm:
         return p / expected
 
     # ---- hooks -----------------------------------------------------------------------------------------------
+    def plan_round(self, part: RoundParticipation) -> RoundParticipation:
+        """Who trains this round; the participation process's draw unless an algorithm overrides it."""
+        return part
+
     def begin_round(self, rc: RoundContext, x: torch.Tensor) -> None:
         self.acc.zero_()
 

@@ -125,12 +125,19 @@ class ClientRunner(Enum):
     lightning = "lightning"  # a lightning.Trainer per client (slow; for cross-checking)
 
 
+class ClientStateBackend(Enum):
+    memory = "memory"  # rows in RAM, allocated when a client is first written
+    memmap = "memmap"  # one disk-backed (N, d) float32 file per table, for N*d beyond RAM
+
+
 @dataclass
 class EngineConfig:
     client_runner: ClientRunner = ClientRunner.thin
     device: str = "cpu"  # cpu | cuda | cuda:N | auto
     eval_batch_size: int = 2048
     num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    client_state: ClientStateBackend = ClientStateBackend.memory
+    client_state_dir: Optional[str] = None  # memmap files; null = <run dir>/client_state
 
 
 class WandbMode(Enum):
@@ -150,6 +157,24 @@ class LoggerConfig:
     console: bool = True  # one progress line per evaluation
 
 
+class ScheduleKind(Enum):
+    constant = "constant"  # lr_t = lr
+    exponential = "exponential"  # lr_t = max(lr * decay^floor(t / every), floor)  (MimiC: 0.01 * 0.95^t, 1e-5)
+    step = "step"  # lr_t = lr * gamma^(number of milestones m with t >= m * rounds)
+
+
+@dataclass
+class LRScheduleConfig:
+    """The client learning rate of round t (``RoundContext.lr``), used by every algorithm."""
+
+    kind: ScheduleKind = ScheduleKind.constant
+    decay: float = 0.95
+    every: int = 1
+    floor: float = 0.0
+    milestones: List[float] = field(default_factory=lambda: [0.5, 0.75])  # fractions of the run's rounds
+    gamma: float = 0.1
+
+
 @dataclass
 class ClientConfig:
     """Local training shared by every algorithm (plain SGD on each client)."""
@@ -159,6 +184,7 @@ class ClientConfig:
     lr: float = 0.05
     momentum: float = 0.0
     weight_decay: float = 0.0
+    lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
 
 
 @dataclass

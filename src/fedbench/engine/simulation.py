@@ -13,7 +13,9 @@ from omegaconf import DictConfig
 
 from fedbench.algorithms import ALGORITHMS, AlgoContext, RoundContext
 from fedbench.data import FederatedData, build_federated
+from fedbench.engine.client_state import ClientStateStore
 from fedbench.engine.evaluation import evaluate
+from fedbench.engine.schedule import lr_at, validate_schedule
 from fedbench.engine.local import LocalModule
 from fedbench.engine.runners import make_runner
 from fedbench.engine.trainer import ClientTrainer
@@ -44,6 +46,7 @@ def validate(cfg: DictConfig) -> None:
     require(cfg.client.local_steps >= 1, "client.local_steps", f"{cfg.client.local_steps}.", "use >= 1.")
     require(cfg.client.batch_size >= 1, "client.batch_size", f"{cfg.client.batch_size}.", "use >= 1.")
     require(cfg.client.lr > 0, "client.lr", f"{cfg.client.lr} is not positive.", "use a positive learning rate.")
+    validate_schedule(cfg.client.lr_schedule)
     for t in cfg.targets:
         require(0 < t <= 1, "targets", f"accuracy target {t} is not in (0, 1].", "give accuracies such as [0.7, 0.8].")
 
@@ -72,8 +75,12 @@ class Simulation:
         n = self.data.num_clients
         self.participation = ParticipationProcess(cfg.participation, LayerContext(
             n, seed, cfg.rounds, cfg.client.local_steps, self.data.sizes, self.data.attrs))
+        state_dir = cfg.engine.client_state_dir
+        self.store = ClientStateStore(n, self.device, cfg.engine.client_state.value,
+                                      Path(state_dir) if state_dir else self.run_dir / "client_state")
         self.algo = ALGORITHMS.get_class(cfg.algo.name)(
-            cfg.algo, AlgoContext(self.x.numel(), n, self.data.sizes, self.device, seed)
+            cfg.algo, AlgoContext(self.x.numel(), n, self.data.sizes, self.device, seed, self.store,
+                                  cfg.client.local_steps)
         )
         self.bytes_up = 0
         self.bytes_down = 0
@@ -82,10 +89,14 @@ class Simulation:
     def dim(self) -> int:
         return self.x.numel()
 
+    def lr(self, t: int) -> float:
+        """The client learning rate of round t under ``client.lr_schedule``."""
+        return lr_at(self.cfg.client.lr_schedule, self.cfg.client.lr, t, self.cfg.rounds)
+
     def round(self, t: int) -> Dict[str, Any]:
         """Run round t; return its statistics."""
-        part = self.participation.round(t)
-        rc = RoundContext(round=t, lr=self.cfg.client.lr, part=part)
+        part = self.algo.plan_round(self.participation.round(t))
+        rc = RoundContext(round=t, lr=self.lr(t), part=part)
         self.algo.begin_round(rc, self.x)
         self.trainer.begin_round()
         model_bytes = (self.x.numel() + self.buffers.numel()) * self.x.element_size()
@@ -112,7 +123,8 @@ class Simulation:
         if new_buffers is not None and losses:
             self.buffers.copy_(new_buffers)
         return {"round": t + 1, "available": int(part.available.sum()), "selected": int(part.selected.size),
-                "completed": int(part.completed.sum()), "train_loss": float(np.mean(losses)) if losses else math.nan}
+                "completed": int(part.completed.sum()), "train_loss": float(np.mean(losses)) if losses else math.nan,
+                "lr": rc.lr}
 
     def evaluate(self) -> tuple[float, float]:
         self.trainer.runner.load(self.x, self.buffers)
@@ -190,5 +202,6 @@ class Simulation:
             "num_parameters": self.dim,
             "num_clients": self.data.num_clients,
             "partition_hash": self.data.partition_hash,
-            "algorithm_state_bytes": sum(v.numel() * v.element_size() for v in self.algo.state_dict().values()),
+            "algorithm_state_bytes": self.algo.server_state_bytes(),
+            "client_state": self.store.report(),
         }

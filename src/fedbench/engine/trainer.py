@@ -26,19 +26,21 @@ class ClientTrainer:
     def begin_round(self) -> None:
         self._occurrences.clear()
 
-    def batches(self, rc: RoundContext, client: int, steps: int) -> list:
+    def batches(self, rc: RoundContext, client: int, steps: int, batch_size: Optional[int] = None) -> list:
         """The client's minibatches for this round, from the stream (seed, "batches", round, client); a client
         drawn twice in one round (selection with replacement) gets a fresh stream for its second run."""
         k = self._occurrences[client]
         self._occurrences[client] += 1
         purpose = "batches" if k == 0 else f"batches/{k}"
         gen = torch_rng(self.seed, purpose, rc.round, client)
-        return self.data.client_batches(client, steps, self.batch_size, gen)
+        return self.data.client_batches(client, steps, batch_size or self.batch_size, gen)
 
     def train(self, rc: RoundContext, client: int, steps: int, start: torch.Tensor,
-              hooks: Optional[LocalHooks] = None, lr: Optional[float] = None) -> ClientUpdate:
-        """Run ``steps`` local SGD steps of ``client`` from ``start``; return delta = y_steps - start."""
-        batches = self.batches(rc, client, steps)
+              hooks: Optional[LocalHooks] = None, lr: Optional[float] = None,
+              batch_size: Optional[int] = None) -> ClientUpdate:
+        """Run ``steps`` local SGD steps of ``client`` from ``start``; return delta = y_steps - start.
+        ``lr`` and ``batch_size`` override the round's learning rate and ``client.batch_size``."""
+        batches = self.batches(rc, client, steps, batch_size)
         self.runner.module.set_dropout_generator(torch_rng(self.seed, "dropout", rc.round, client))
         loss = self.runner.run(start, self.buffers, batches, rc.lr if lr is None else lr, hooks)
         flat = self.runner.module.flat

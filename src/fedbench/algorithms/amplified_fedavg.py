@@ -1,0 +1,86 @@
+"""Generalized FedAvg with amplified updates (Wang & Ji, NeurIPS 2022, Algorithm 1; note §1.2-1.6).
+
+Each round x_{t+1} = x_t + sum_n q^n_t Delta^n_t (q = 1/|C_t| by default: ``aggregation=normalized``) and
+u accumulates the same sum; at the end of every window of P rounds x_{t+1} += (eta - 1) u and u <- 0, i.e.
+x_{t0+P} = x_{t0} + eta (x^pre_{t0+P} - x_{t0}). eta = 1 is FedAvg; P = 1 makes eta a server learning rate.
+The first ``warmup_rounds`` rounds are plain FedAvg with local learning rate ``warmup_lr`` (the paper's
+experiments); windows start when warm-up ends, and a trailing partial window is never amplified (note §6.7).
+
+Baselines of §1.6 (experimental variant, note §6.14), after warm-up:
+``wait_minibatch``: every P rounds all N clients, ignoring availability, run I local steps of minibatches from
+the current model and their deltas are averaged (eta = 1); the P - 1 rounds in between only wait.
+``wait_full``: the same with each local step on the client's whole local dataset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Optional
+
+import numpy as np
+import torch
+
+from fedbench.algorithms.base import ALGORITHMS, Aggregation, Algorithm, Weighting
+from fedbench.errors import require
+from fedbench.participation.base import RoundParticipation
+
+
+class Mode(Enum):
+    amplified = "amplified"
+    wait_minibatch = "wait_minibatch"
+    wait_full = "wait_full"
+
+
+@ALGORITHMS.register("amplified_fedavg")
+class AmplifiedFedAvg(Algorithm):
+    @dataclass
+    class Config:
+        name: str = "amplified_fedavg"
+        weighting: Weighting = Weighting.uniform
+        aggregation: Aggregation = Aggregation.normalized
+        eta: float = 10.0
+        period: int = 500
+        warmup_rounds: int = 0
+        warmup_lr: Optional[float] = None  # null: client.lr
+        mode: Mode = Mode.amplified
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        require(cfg.eta > 0, "algo.eta", f"{cfg.eta} is not positive.", "use eta > 0 (1 = FedAvg; the paper uses 10).")
+        require(cfg.period >= 1, "algo.period", f"{cfg.period}.", "use an amplification interval P >= 1 rounds.")
+        require(cfg.warmup_rounds >= 0, "algo.warmup_rounds", f"{cfg.warmup_rounds}.", "use warmup_rounds >= 0.")
+        require(cfg.warmup_lr is None or cfg.warmup_lr > 0, "algo.warmup_lr", f"{cfg.warmup_lr}.",
+                "use a positive learning rate or null.")
+        self.mode = Mode(cfg.mode)
+        self.u = self.declare("window_update", torch.zeros(ctx.dim, device=ctx.device))
+
+    def _window_end(self, t: int) -> bool:
+        return t >= self.cfg.warmup_rounds and (t + 1 - self.cfg.warmup_rounds) % self.cfg.period == 0
+
+    def plan_round(self, part):
+        if self.mode == Mode.amplified or part.round < self.cfg.warmup_rounds:
+            return part
+        n = self.ctx.num_clients
+        if not self._window_end(part.round):  # waiting for every client
+            ids = np.zeros(0, dtype=np.int64)
+        else:
+            ids = np.arange(n)
+        return RoundParticipation(part.round, np.ones(n, dtype=bool), ids, np.ones(ids.size, dtype=bool),
+                                  np.full(ids.size, self.ctx.local_steps, dtype=np.int64), np.ones(n))
+
+    def client_update(self, trainer, rc, client, steps, x, payload):
+        warm = rc.round < self.cfg.warmup_rounds
+        lr = self.cfg.warmup_lr if warm and self.cfg.warmup_lr is not None else None
+        full = self.mode == Mode.wait_full and not warm
+        batch = int(self.ctx.sizes[client]) if full else None
+        return trainer.train(rc, client, steps, x, self.local_hooks(rc, client, x, payload), lr=lr, batch_size=batch)
+
+    def server_update(self, rc, x):
+        x.add_(self.acc)
+        if self.mode != Mode.amplified or rc.round < self.cfg.warmup_rounds:
+            return
+        self.u.add_(self.acc)
+        if self._window_end(rc.round):
+            x.add_(self.u, alpha=self.cfg.eta - 1.0)
+            self.u.zero_()

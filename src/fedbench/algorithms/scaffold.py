@@ -1,0 +1,66 @@
+"""SCAFFOLD (Karimireddy et al., 2020), option II (MimiC note §4.3).
+
+Client i with control c_i and server control c takes local steps y <- y - eta_l (g_i(y) - c_i + c), then
+c_i^+ = c_i - c + (x - y)/(K eta_l) and uploads (Delta y_i, Delta c_i = c_i^+ - c_i): twice the upload bytes.
+Server: x <- x + eta_s sum_i w_i Delta y_i;  c <- c + sum_{i in C_t} p_i Delta c_i, which keeps c = sum_i p_i c_i
+(= (1/N) sum c_i). K is the number of steps the client completed. ``update_controls=false`` keeps every control
+at 0 (then SCAFFOLD is FedAvg).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedbench.algorithms.base import ALGORITHMS, Algorithm
+from fedbench.algorithms.fedavg import FedAvg
+from fedbench.engine.local import LocalHooks
+
+
+class ControlHooks(LocalHooks):
+    def __init__(self, correction: torch.Tensor):
+        self.correction = correction  # c - c_i
+
+    def correct_grad(self, module):
+        torch._foreach_add_(module.flat.grads(), module.flat.views(self.correction))
+
+
+@ALGORITHMS.register("scaffold")
+class Scaffold(Algorithm):
+    @dataclass
+    class Config(FedAvg.Config):
+        name: str = "scaffold"
+        update_controls: bool = True
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.c = self.declare("server_control", torch.zeros(ctx.dim, device=ctx.device))
+        self.controls = self.declare_table("client_control")
+        self.c_change = torch.zeros(ctx.dim, device=ctx.device)
+
+    def begin_round(self, rc, x):
+        super().begin_round(rc, x)
+        self.c_change.zero_()
+
+    def payload(self, rc, client):
+        return {"server_control": self.c} if self.cfg.update_controls else {}
+
+    def client_update(self, trainer, rc, client, steps, x, payload):
+        c_i = self.controls.get(client)
+        hooks = ControlHooks(payload["server_control"] - c_i) if self.cfg.update_controls else None
+        update = trainer.train(rc, client, steps, x, hooks)
+        if self.cfg.update_controls:
+            c_new = c_i - payload["server_control"] - update.delta / (update.steps * rc.lr)
+            update.extras["control_change"] = c_new - c_i
+            self.controls.set(client, c_new)
+        return update
+
+    def accumulate(self, rc, client, update, weight):
+        super().accumulate(rc, client, update, weight)
+        if "control_change" in update.extras:
+            self.c_change.add_(update.extras["control_change"], alpha=float(self.p[client]))
+
+    def server_update(self, rc, x):
+        super().server_update(rc, x)
+        self.c.add_(self.c_change)
