@@ -64,6 +64,17 @@ def test_multirun_four_jobs_with_wandb_offline_share_the_participation_trace(tmp
     assert not np.array_equal(traces[0][0]["selected"], traces[1][0]["selected"])
 
 
+def test_multirun_of_dropout_algorithms_under_round_robin_dropout(tmp_path):
+    base = [a for a in TINY if not a.startswith("participation.")]
+    run(["-m", *base, "algo=fedavg,fedprox,scaffold,mifa,mimic", "participation=round_robin_dropout", "rounds=3",
+         "eval_every=3", "logger=csv", f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    summaries = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/summary.json")]
+    assert sorted(s["algorithm"] for s in summaries) == ["fedavg", "fedprox", "mifa", "mimic", "scaffold"]
+    assert all(s["final_test_acc"] > 0.3 for s in summaries)
+    up = {s["algorithm"]: s["bytes_up"] for s in summaries}
+    assert up["scaffold"] == 2 * up["fedavg"]
+
+
 def test_sweep_group_ignores_seed():
     a, b = compose(*TINY, "seed=0"), compose(*TINY, "seed=3")
     assert sweep_group(a) == sweep_group(b)
@@ -71,7 +82,7 @@ def test_sweep_group_ignores_seed():
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["algo=nope"], "Unknown option 'nope' for config group 'algo'. Allowed: fedavg, fedavgm"),
+    (["algo=nope"], "Unknown option 'nope' for config group 'algo'. Allowed: amplified_fedavg, fedavg, fedavgm, fedprox"),
     (["algo.server_lrr=2"], "Unknown key 'server_lrr' in 'algo'"),
     (["-m", "algo=fedavg,nope"], "Unknown option 'nope'"),
     (["algo.weighting=foo"], "Allowed: uniform, samples"),
