@@ -36,7 +36,7 @@ def measure(overrides: list[str], rounds: int, warmup: int = 2) -> dict:
         steps = 0
         for t in range(warmup, warmup + rounds):
             sim.round(t)
-            steps += int(sim.participation.history[-1].completed_steps.sum())
+            steps += int(sim.participation.last.completed_steps.sum())
         if sim.device.type == "cuda":
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - start

@@ -207,16 +207,18 @@ def test_md_samples_with_replacement_in_proportion_to_sizes():
         assert rp.selected.size == s
         np.add.at(counts, rp.selected, 1)
     expected = s * sizes / sizes.sum()
-    np.testing.assert_allclose(proc.history[0].expected_count, expected)
+    np.testing.assert_allclose(proc.last.expected_count, expected)
     assert np.all(np.abs(counts / r - expected) < 5 * np.sqrt(expected / r))
 
 
 def test_straggler_completes_a_random_part_of_the_steps():
     proc = process(20, 300, local_steps=6, preset="straggler", **{"dropout.prob": 0.5, "dropout.min_steps": 2})
-    steps = np.concatenate([rp.local_steps for rp in draw(proc, 300)])
+    rps = draw(proc, 300)
+    steps = np.concatenate([rp.local_steps for rp in rps])
     assert steps.min() == 2 and steps.max() == 6
     assert abs((steps < 6).mean() - 0.5) < 0.05
-    assert all(rp.completed.all() for rp in proc.history)
+    assert all(rp.completed.all() for rp in rps)
+    np.testing.assert_array_equal(proc.trace_arrays()["local_steps"].sum(axis=1), [rp.local_steps.sum() for rp in rps])
 
 
 def test_dropout_correlated_with_availability():
@@ -332,3 +334,13 @@ def test_every_preset_composes_with_its_documented_keys():
     for name in presets:
         cfg = compose("dataset=digits", f"participation={name}").participation
         assert cfg.name == name and OmegaConf.select(cfg, "availability.kind")
+
+
+def test_trace_arrays_record_every_round_and_grow_past_the_planned_rounds():
+    proc = process(6, rounds=3, preset="dropout", **{"selection.clients_per_round": 2, "dropout.prob": 0.5})
+    rps = draw(proc, 10)
+    tr = proc.trace_arrays()
+    assert tr["selected"].shape == (10, 6) and tr["expected_exact"].all()
+    for t, rp in enumerate(rps):
+        np.testing.assert_array_equal(np.flatnonzero(tr["selected"][t]), rp.selected)
+        np.testing.assert_array_equal(np.flatnonzero(tr["completed"][t]), rp.completed_ids)

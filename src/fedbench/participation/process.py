@@ -42,8 +42,37 @@ class ParticipationProcess:
                 f"use 0 (no fallback) up to {n}.")
         require(cfg.inclusion_samples >= 100, "participation.inclusion_samples", f"{cfg.inclusion_samples}.",
                 "use at least 100 Monte-Carlo draws.")
-        self.history: list[RoundParticipation] = []
+        self.drawn = 0  # rounds drawn so far
+        self.last: RoundParticipation | None = None
+        self._trace = self._allocate(max(ctx.rounds, 1))
         self._cache: dict[bytes, np.ndarray] = {}
+
+    def _allocate(self, rounds: int) -> dict[str, np.ndarray]:
+        """Dense rounds x clients arrays filled as rounds are drawn (compact dtypes; grown if more rounds come)."""
+        n = self.num_clients
+        return {
+            "available": np.zeros((rounds, n), dtype=bool),
+            "selected": np.zeros((rounds, n), dtype=np.int16),
+            "completed": np.zeros((rounds, n), dtype=np.int16),
+            "local_steps": np.zeros((rounds, n), dtype=np.int32),
+            "expected_count": np.zeros((rounds, n), dtype=np.float32),
+            "expected_exact": np.zeros(rounds, dtype=bool),
+        }
+
+    def _record(self, rp: RoundParticipation) -> None:
+        t = rp.round
+        if t >= len(self._trace["expected_exact"]):
+            grown = self._allocate(2 * t)
+            for k, v in self._trace.items():
+                grown[k][: len(v)] = v
+            self._trace = grown
+        tr = self._trace
+        tr["available"][t] = rp.available
+        np.add.at(tr["selected"][t], rp.selected, 1)
+        np.add.at(tr["completed"][t], rp.completed_ids, 1)
+        np.add.at(tr["local_steps"][t], rp.completed_ids, rp.completed_steps)
+        tr["expected_count"][t] = rp.expected_count
+        tr["expected_exact"][t] = rp.expected_exact
 
     def _rng(self, layer: str, t: int) -> np.random.Generator:
         return numpy_rng(self.seed, f"participation/{layer}", t)
@@ -88,8 +117,8 @@ class ParticipationProcess:
 
     def round(self, t: int) -> RoundParticipation:
         """Draw round t. Rounds must be drawn in order (availability may be a Markov chain)."""
-        if t != len(self.history):
-            raise RuntimeError(f"participation rounds must be drawn in order: expected {len(self.history)}, got {t}")
+        if t != self.drawn:
+            raise RuntimeError(f"participation rounds must be drawn in order: expected {self.drawn}, got {t}")
         raw = self.availability.mask(t, self._rng("availability", t))
         first_full = t == 0 and self.cfg.first_round_full
         if first_full:
@@ -100,7 +129,8 @@ class ParticipationProcess:
         completed, steps = self.dropout.apply(t, selected, self.local_steps, self._rng("dropout", t))
         expected, exact = self._expected(t, raw, first_full)
         rp = RoundParticipation(t, available, selected, completed, steps, expected, expected_exact=exact)
-        self.history.append(rp)
+        self._record(rp)
+        self.drawn, self.last = t + 1, rp
         return rp
 
     def observe(self, t: int, client: int, update: Any) -> None:
@@ -113,23 +143,7 @@ class ParticipationProcess:
 
     def trace_arrays(self) -> dict[str, np.ndarray]:
         """The drawn trace as dense rounds x clients arrays (for ``participation.npz`` and plots)."""
-        r, n = len(self.history), self.num_clients
-        out = {
-            "available": np.zeros((r, n), dtype=bool),
-            "selected": np.zeros((r, n), dtype=np.int16),
-            "completed": np.zeros((r, n), dtype=np.int16),
-            "local_steps": np.zeros((r, n), dtype=np.int32),
-            "expected_count": np.zeros((r, n), dtype=np.float32),
-            "expected_exact": np.zeros(r, dtype=bool),
-        }
-        for t, rp in enumerate(self.history):
-            out["available"][t] = rp.available
-            np.add.at(out["selected"][t], rp.selected, 1)
-            np.add.at(out["completed"][t], rp.completed_ids, 1)
-            np.add.at(out["local_steps"][t], rp.completed_ids, rp.completed_steps)
-            out["expected_count"][t] = rp.expected_count
-            out["expected_exact"][t] = rp.expected_exact
-        return out
+        return {k: v[: self.drawn] for k, v in self._trace.items()}
 
     def trace_image(self, max_rows: int = 1000) -> np.ndarray:
         """Rounds x clients codes 0 unavailable, 1 available, 2 selected, 3 completed (rows binned to max_rows)."""
