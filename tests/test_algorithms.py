@@ -265,3 +265,13 @@ def test_paper_experiment_presets_run_a_round_at_tiny_scale(experiment, tmp_path
     for t in range(2):
         sim.round(t)
     assert torch.isfinite(sim.x).all() and not torch.equal(before, sim.x)
+
+
+@pytest.mark.parametrize("algo", [("algo=fedprox", "algo.mu=0.5"), ("algo=scaffold",)])
+def test_local_hooks_act_identically_under_the_lightning_runner(tiny_cfg, tmp_path, algo):
+    thin = make_sim(tiny_cfg(*algo), tmp_path / "thin")
+    light = make_sim(tiny_cfg(*algo, "engine.client_runner=lightning"), tmp_path / "light")
+    for t in range(2):
+        thin.round(t)
+        light.round(t)
+    assert torch.equal(thin.x, light.x)
