@@ -1,8 +1,9 @@
 """Writes a run's results into its directory and, optionally, to Weights & Biases.
 
 Files (always): ``config.yaml`` (resolved), ``metrics.csv`` (one row per evaluation, flushed as it is written),
-``rounds.csv`` (per-round participation counts and training loss), ``summary.json``. W&B (``logger=wandb``, offline by default) gets the same rows, the summary and images; runs of a
-sweep share a group derived from the config without the seed, and ``finish`` is always called.
+``rounds.csv`` (per-round participation counts, training loss and learning rate), ``summary.json``. W&B
+(``logger=wandb``, offline by default) gets the same rows, the summary and images; runs of a sweep share a group
+derived from the config without the seed, and ``finish`` is always called.
 """
 
 from __future__ import annotations
@@ -31,16 +32,39 @@ def sweep_group(cfg: DictConfig) -> str:
     return f"{cfg.algo.name}-{cfg.dataset.name}-{digest}"
 
 
+class _CsvTable:
+    """A CSV file opened on its first row, whose columns are that row's keys."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.file = None
+        self.writer = None
+
+    def write(self, row: Dict[str, Any]) -> None:
+        if self.writer is None:
+            self.file = open(self.path, "w", newline="")
+            self.writer = csv.DictWriter(self.file, fieldnames=list(row))
+            self.writer.writeheader()
+        self.writer.writerow(row)
+
+    def flush(self) -> None:
+        if self.file is not None:
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        self.file = self.writer = None
+
+
 class RunLogger:
     def __init__(self, run_dir: Path, cfg: DictConfig):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.console = bool(cfg.logger.console)
         (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(_plain(cfg)))
-        self._csv_file = None
-        self._csv = None
-        self._rounds_file = None
-        self._rounds = None
+        self._metrics = _CsvTable(self.run_dir / "metrics.csv")
+        self._rounds = _CsvTable(self.run_dir / "rounds.csv")
         self.wandb = None
         if cfg.logger.wandb:
             self._init_wandb(cfg)
@@ -64,24 +88,15 @@ class RunLogger:
         )
 
     def log_eval(self, row: Dict[str, Any]) -> None:
-        if self._rounds_file is not None:
-            self._rounds_file.flush()
-        if self._csv is None:
-            self._csv_file = open(self.run_dir / "metrics.csv", "w", newline="")
-            self._csv = csv.DictWriter(self._csv_file, fieldnames=list(row))
-            self._csv.writeheader()
-        self._csv.writerow(row)
-        self._csv_file.flush()
+        self._rounds.flush()
+        self._metrics.write(row)
+        self._metrics.flush()
         if self.wandb is not None:
             self.wandb.log(row, step=int(row["round"]))
 
     def log_round(self, row: Dict[str, Any]) -> None:
         """Per-round statistics: ``rounds.csv`` and W&B keys ``round/<name>``."""
-        if self._rounds is None:
-            self._rounds_file = open(self.run_dir / "rounds.csv", "w", newline="")
-            self._rounds = csv.DictWriter(self._rounds_file, fieldnames=list(row))
-            self._rounds.writeheader()
-        self._rounds.writerow(row)
+        self._rounds.write(row)
         if self.wandb is not None:
             self.wandb.log({f"round/{k}": v for k, v in row.items() if k != "round"}, step=int(row["round"]))
 
@@ -104,10 +119,8 @@ class RunLogger:
             print(line, flush=True)
 
     def finish(self, exit_code: int = 0) -> None:
-        for f in (self._csv_file, self._rounds_file):
-            if f is not None:
-                f.close()
-        self._csv_file = self._rounds_file = self._csv = self._rounds = None
+        self._metrics.close()
+        self._rounds.close()
         if self.wandb is not None:
             self.wandb.finish(exit_code=exit_code)
             self.wandb = None
