@@ -26,24 +26,20 @@ class ProxHooks(LocalHooks):
         return 0.5 * self.mu * sum(((p - a) ** 2).sum() for p, a in zip(params, anchors))
 
 
-def check_mu(cfg) -> None:
-    require(cfg.mu >= 0, "algo.mu", f"{cfg.mu} is negative.", "use mu >= 0 (e.g. 0.01).")
+class Proximal:
+    """Mixin: the proximal local objective, on top of any server rule (FedAvg here, FedAvgM in ``fedprox_m``)."""
 
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        require(cfg.mu >= 0, "algo.mu", f"{cfg.mu} is negative.", "use mu >= 0 (e.g. 0.01).")
 
-def prox_hooks(cfg, x: torch.Tensor):
-    return ProxHooks(cfg.mu, x) if cfg.mu > 0 else None
+    def local_hooks(self, rc, client, x, payload):
+        return ProxHooks(self.cfg.mu, x) if self.cfg.mu > 0 else None
 
 
 @ALGORITHMS.register("fedprox")
-class FedProx(Algorithm):
+class FedProx(Proximal, Algorithm):
     @dataclass
     class Config(FedAvg.Config):
         name: str = "fedprox"
         mu: float = 0.01
-
-    def __init__(self, cfg, ctx):
-        super().__init__(cfg, ctx)
-        check_mu(cfg)
-
-    def local_hooks(self, rc, client, x, payload):
-        return prox_hooks(self.cfg, x)

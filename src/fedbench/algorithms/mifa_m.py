@@ -4,23 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from fedbench.algorithms.base import ALGORITHMS
+from fedbench.algorithms.fedavgm import ServerMomentum
 from fedbench.algorithms.mifa import Mifa
 
 
 @ALGORITHMS.register("mifa_m")
-class MifaM(Mifa):
+class MifaM(ServerMomentum, Mifa):
     @dataclass
     class Config(Mifa.Config):
         name: str = "mifa_m"
         server_momentum: float = 0.9
 
-    def __init__(self, cfg, ctx):
-        super().__init__(cfg, ctx)
-        self.momentum = self.declare("momentum", torch.zeros(ctx.dim, device=ctx.device))
-
     def server_update(self, rc, x):
-        self.momentum.mul_(self.cfg.server_momentum).add_(self.direction(rc))
-        x.add_(self.momentum, alpha=self.cfg.server_lr)
+        self.momentum_step(x, self.direction(rc))
