@@ -32,9 +32,6 @@ class Always(Availability):
     def mask(self, t, rng):
         return np.ones(self.num_clients, dtype=bool)
 
-    def prob(self, t):
-        return np.ones(self.num_clients)
-
     def long_run(self):
         return np.ones(self.num_clients)
 
@@ -193,9 +190,6 @@ class Periodic(Availability):
     def mask(self, t, rng):
         return self.group == ((t + self.offset) % self.cycle) // self.cfg.period
 
-    def prob(self, t):
-        return self.mask(t, None).astype(float)
-
     def long_run(self):
         return np.full(self.num_clients, 1.0 / self.cfg.num_groups)
 
@@ -245,9 +239,6 @@ class RoundRobinDropout(Availability):
 
     def mask(self, t, rng):
         return (t + self.phase) % self.tau == 0
-
-    def prob(self, t):
-        return self.mask(t, None).astype(float)
 
     def long_run(self):
         return 1.0 / self.tau
@@ -394,9 +385,6 @@ class Trace(Availability):
 
     def mask(self, t, rng):
         return self.matrix[t % self.matrix.shape[0]].copy()
-
-    def prob(self, t):
-        return self.mask(t, None).astype(float)
 
     def long_run(self):
         return self.matrix.mean(axis=0)

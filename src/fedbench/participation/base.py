@@ -93,7 +93,10 @@ class Availability(Layer):
         raise NotImplementedError
 
     def prob(self, t: int) -> Optional[np.ndarray]:
-        """Marginal P(client i available in round t), or None where the process does not define it in closed form."""
+        """Marginal P(client i available in round t), or None where the process does not define it in closed form.
+        A deterministic process's marginal is its mask."""
+        if self.deterministic:
+            return self.mask(t, None).astype(float)
         raise NotImplementedError
 
     def sample(self, t: int, rng: np.random.Generator, m: int) -> np.ndarray:
@@ -126,14 +129,6 @@ class Selection(Layer):
 
     def observe(self, t: int, client: int, update: Any) -> None:
         """Called with every completed client update (adaptive samplers use it)."""
-
-    def validate_clients_per_round(self) -> int:
-        s = self.cfg.clients_per_round
-        n = self.num_clients
-        require(1 <= s <= n, "participation.selection.clients_per_round",
-                f"{s} is not between 1 and the number of clients ({n}).",
-                f"set participation.selection.clients_per_round to at most {n}, or raise partition.num_clients.")
-        return s
 
 
 class Dropout(Layer):

@@ -35,12 +35,19 @@ class All(Selection):
         return np.ones(masks.shape)
 
 
-class _Counted(Selection):
-    """min(S, |A|) clients among the available ones with equal marginal probability min(S, |A|)/|A|."""
+class _FixedSize(Selection):
+    """A rule with ``clients_per_round`` S, checked against the number of clients."""
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.s = self.validate_clients_per_round()
+        s, n = cfg.clients_per_round, ctx.num_clients
+        require(1 <= s <= n, f"{KEY}.clients_per_round", f"{s} is not between 1 and the number of clients ({n}).",
+                f"set {KEY}.clients_per_round to at most {n}, or raise partition.num_clients.")
+        self.s = s
+
+
+class _Counted(_FixedSize):
+    """min(S, |A|) clients among the available ones with equal marginal probability min(S, |A|)/|A|."""
 
     def _share(self, counts):
         return np.minimum(self.s, counts) / np.maximum(counts, 1)
@@ -126,7 +133,7 @@ class Regularized(_Counted):
         return chosen
 
 
-class _Weighted(Selection):
+class _Weighted(_FixedSize):
     """S draws with replacement among the available clients with probability w_i / sum_{j in A} w_j, so
     E[count of i | A] = S w_i / sum_{j in A} w_j (the expected multiplicity)."""
 
@@ -168,7 +175,6 @@ class MD(_Weighted):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.s = self.validate_clients_per_round()
         sizes = np.asarray(ctx.sizes, dtype=np.float64)
         self.w = sizes if MDWeights(cfg.weights) == MDWeights.samples else np.ones(ctx.num_clients)
         require(bool((self.w > 0).all()), f"{KEY}.weights", "some clients hold no samples.",
@@ -192,7 +198,6 @@ class AdaptiveSelection(_Weighted):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.s = self.validate_clients_per_round()
         self.p = np.full(ctx.num_clients, 1.0 / ctx.num_clients)
         self.scores: dict[int, float] = {}
         require(0.0 <= cfg.floor_mix <= 1.0, f"{KEY}.floor_mix", f"{cfg.floor_mix}.", "use a value in [0, 1].")
