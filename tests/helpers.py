@@ -12,6 +12,14 @@ def make_sim(cfg, tmp_path: Path, root: Path = None) -> Simulation:
     return Simulation(cfg, tmp_path / "run", root or tmp_path / "data")
 
 
+def trained_sim(cfg, tmp_path: Path, root: Path = None) -> Simulation:
+    """A simulation after ``cfg.rounds`` rounds (no evaluation, no logging)."""
+    sim = make_sim(cfg, tmp_path, root)
+    for t in range(cfg.rounds):
+        sim.round(t)
+    return sim
+
+
 def write_fake_mnist(folder: Path, n_train=60, n_test=20, gz=True, seed=0) -> dict:
     """Write the four IDX files of an MNIST-layout dataset with random 28x28 images; return the arrays."""
     rng = np.random.default_rng(seed)

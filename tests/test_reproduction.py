@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import compose
-from helpers import make_sim
+from helpers import trained_sim
 
 SETUP = ("dataset=fmnist", "partition=classes_per_client", "partition.num_clients=20", "partition.scheme=mimic",
          "model=logreg", "participation=bernoulli_levels", "rounds=40", "client.local_steps=5", "client.lr=0.05")
@@ -19,10 +19,7 @@ SETUP = ("dataset=fmnist", "partition=classes_per_client", "partition.num_client
 
 def final_accuracy(algo_overrides, seed, tmp_path):
     cfg = compose(*SETUP, *algo_overrides, f"seed={seed}")
-    sim = make_sim(cfg, tmp_path / f"{'_'.join(algo_overrides)}_{seed}", tmp_path / "data")
-    for t in range(cfg.rounds):
-        sim.round(t)
-    return sim.evaluate()[1]
+    return trained_sim(cfg, tmp_path / f"{'_'.join(algo_overrides)}_{seed}", tmp_path / "data").evaluate()[1]
 
 
 @pytest.mark.slow
