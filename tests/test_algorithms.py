@@ -12,16 +12,13 @@ from fedbench.algorithms.fedprox import ProxHooks
 from fedbench.engine.client_state import ClientStateStore
 from fedbench.engine.schedule import lr_at
 from fedbench.participation import RoundParticipation
-from helpers import make_sim
+from helpers import make_sim, trained_sim
 
 ROUNDS = 3
 
 
 def final_params(cfg, tmp_path, name):
-    sim = make_sim(cfg, tmp_path / name)
-    for t in range(cfg.rounds):
-        sim.round(t)
-    return sim.x.clone()
+    return trained_sim(cfg, tmp_path / name).x.clone()
 
 
 # ---- reductions -------------------------------------------------------------------------------------------------
@@ -112,13 +109,14 @@ class QuadraticTrainer:
         return ClientUpdate(delta=y - start, num_samples=1, steps=steps, loss=0.0)
 
 
-def run_two_rounds(name, **cfg_overrides):
+def run_two_rounds(name, second_round=(0,), **cfg_overrides):
     cls = ALGORITHMS.get_class(name)
     cfg = cls.Config(**cfg_overrides)
     algo = cls(cfg, AlgoContext(2, 2, np.array([1, 1]), torch.device("cpu"), 0))
     x = torch.zeros(2)
     trainer = QuadraticTrainer()
-    rounds = [(np.array([0, 1]), np.ones(2)), (np.array([0]), np.full(2, 0.5))]
+    second = np.array(second_round)
+    rounds = [(np.array([0, 1]), np.ones(2)), (second, np.full(2, 0.5 * second.size))]
     for t, (ids, expected) in enumerate(rounds):
         part = RoundParticipation(t, np.ones(2, bool), ids, np.ones(ids.size, bool), np.full(ids.size, STEPS),
                                   expected)
@@ -156,6 +154,18 @@ def test_fedvarp_hand_computed():
     # round 0 (full, w = 1/2): v = (G0 + G1)/2 = (0, 1.5); x1 = .5 v = (0, .75); y = (G0, G1), ybar = (0, 1.5)
     # round 1 (client 0, w = 1): v = ybar + (G0' - y0) = (0, 1.5) + (0, -1.125) = (0, .375); x2 = (0, .9375)
     _, x = run_two_rounds("fedvarp")
+    torch.testing.assert_close(x, torch.tensor([0.0, 0.9375]), rtol=0, atol=1e-6)
+
+
+def test_client_drawn_twice_uses_its_start_of_round_memory():
+    # round 1 draws client 0 twice (with replacement, E[m_0] = 1, w = 1/2 per entry); both entries return
+    # G0' = (1.5, -1.125) and both correct against y0 = (1.5, 0) as it was at the start of the round:
+    # FedVARP v = ybar + 2 * (1/2)(G0' - y0) = (0, .375), x2 = (0, .9375), ybar = (1/2)(G0' + G1) = (0, .9375)
+    algo, x = run_two_rounds("fedvarp", second_round=(0, 0))
+    torch.testing.assert_close(x, torch.tensor([0.0, 0.9375]), rtol=0, atol=1e-6)
+    torch.testing.assert_close(algo.ybar.float(), torch.tensor([0.0, 0.9375]), rtol=0, atol=1e-6)
+    # MimiC (w = 1/2 each): both uploads add .5 c0 = (-.75, .75): V1 = D0' + (-.75, .75) = (0, .1875)
+    _, x = run_two_rounds("mimic", second_round=(0, 0))
     torch.testing.assert_close(x, torch.tensor([0.0, 0.9375]), rtol=0, atol=1e-6)
 
 

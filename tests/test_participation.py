@@ -30,7 +30,7 @@ def draw(proc, rounds):
     return [proc.round(t) for t in range(rounds)]
 
 
-def frequencies(rps, n):
+def frequencies(rps):
     avail = np.array([rp.available for rp in rps], dtype=float)
     return avail.mean(axis=0)
 
@@ -46,7 +46,7 @@ def test_bernoulli_frequencies_match_declared_probabilities(layers):
     p = proc.availability.prob(0)
     if layers["availability.scheme"] == "levels":  # MimiC code: p_i = p + (i mod 5)(1 - p)/4
         np.testing.assert_allclose(p[:5], [0.1, 0.325, 0.55, 0.775, 1.0])
-    freq = frequencies(draw(proc, r), n)
+    freq = frequencies(draw(proc, r))
     tol = 5 * np.sqrt(p * (1 - p) / r) + 1e-12
     assert np.all(np.abs(freq - p) <= tol), (freq, p)
 
@@ -103,7 +103,7 @@ def test_time_varying_draws_floor_pn_clients_with_declared_frequency(redraw):
                    **{"availability.fraction": 0.3, "availability.redraw": str(redraw).lower()})
     rps = draw(proc, r)
     assert {int(rp.available.sum()) for rp in rps} == {9}
-    freq = frequencies(rps, n)
+    freq = frequencies(rps)
     p = proc.availability.long_run()
     tol = 5 * np.sqrt(p * (1 - p) / r) + (0 if redraw else 5 * np.sqrt(p * (1 - p) / 4000))
     assert np.all(np.abs(freq - p) <= tol)

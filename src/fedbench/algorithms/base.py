@@ -25,11 +25,10 @@ from typing import TYPE_CHECKING, Any, Dict, Optional
 import numpy as np
 import torch
 
+from fedbench.engine.client_state import ClientStateStore, ClientTable
 from fedbench.engine.local import LocalHooks
 from fedbench.participation.base import RoundParticipation
 from fedbench.registry import Registry
-
-from fedbench.engine.client_state import ClientStateStore, ClientTable
 
 if TYPE_CHECKING:
     from fedbench.engine.trainer import ClientTrainer
@@ -107,9 +106,8 @@ class Algorithm:
         return tensor
 
     def declare_table(self, name: str, dim: Optional[int] = None) -> ClientTable:
-        """Register a per-client (N, dim) table in the client-state store (rows read as 0 until written)."""
-        if name in self._tables:
-            raise ValueError(f"table '{name}' declared twice")
+        """Register a per-client (N, dim) table in the client-state store (rows read as 0 until written); the store
+        refuses a name declared twice."""
         self._tables[name] = self.ctx.store.table(f"{self.cfg.name}/{name}", dim or self.ctx.dim)
         return self._tables[name]
 

@@ -34,13 +34,13 @@ class FedVarp(Algorithm):
     def begin_round(self, rc, x):
         super().begin_round(rc, x)
         self.ybar_change.zero_()
-        self.start_of_round = {}  # y^i at the start of the round, for clients drawn twice (with replacement)
+        self.start_of_round = self.memory.repeated_rows(rc.part.completed_ids)
 
     def accumulate(self, rc, client, update, weight):
         g = update.delta / rc.lr if self.cfg.rescale_stale else update.delta
-        old = self.start_of_round.setdefault(client, self.memory.get(client))
-        self.acc.add_(g - old, alpha=weight)
-        self.ybar_change.add_((g - self.memory.get(client)).double(), alpha=float(self.p[client]))
+        current = self.memory.get(client)
+        self.acc.add_(g - self.start_of_round.get(client, current), alpha=weight)
+        self.ybar_change.add_((g - current).double(), alpha=float(self.p[client]))
         self.memory.set(client, g)
 
     def server_update(self, rc, x):

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-import numpy as np
 import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Aggregation, Algorithm, Weighting
@@ -51,9 +50,8 @@ class MimiC(Algorithm):
         super().begin_round(rc, x)
         self.scale = rc.lr if self.cfg.rescale_correction else 1.0
         self.active = []
-        ids, counts = np.unique(rc.part.completed_ids, return_counts=True)
         # a client drawn twice (selection with replacement) uses its start-of-round correction both times
-        self.repeated = {int(i): self.corrections.get(int(i)) for i in ids[counts > 1]}
+        self.repeated = self.corrections.repeated_rows(rc.part.completed_ids)
 
     def _take_correction(self, client: int, delta: torch.Tensor) -> torch.Tensor:
         """The correction eta_t c^i to add to this upload; the row becomes -Delta^i/eta_t until V_t is known."""

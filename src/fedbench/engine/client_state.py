@@ -50,6 +50,12 @@ class ClientTable:
         else:
             self.array[client] = value.detach().to("cpu", torch.float32).numpy()
 
+    def repeated_rows(self, ids: np.ndarray) -> Dict[int, torch.Tensor]:
+        """Current rows of the clients listed more than once in ``ids`` (a round drawn with replacement), so that
+        their later entries can use the row as it was at the start of the round."""
+        uniq, counts = np.unique(ids, return_counts=True)
+        return {int(i): self.get(int(i)) for i in uniq[counts > 1]}
+
     @property
     def nbytes(self) -> int:
         return int(self.seen.sum()) * self.dim * 4
