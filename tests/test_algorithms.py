@@ -2,13 +2,14 @@
 the client-state store."""
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 from fedbench.algorithms import ALGORITHMS, AlgoContext, ClientUpdate, RoundContext
-from fedbench.algorithms.fedprox import ProxHooks
+from fedbench.algorithms.fedprox import ProxHook
 from fedbench.engine.client_state import ClientStateStore
 from fedbench.engine.schedule import lr_at
 from fedbench.participation import RoundParticipation
@@ -62,16 +63,24 @@ def test_mimic_client_side_equals_server_side(tiny_cfg, tmp_path):
 
 
 def test_fedprox_loss_hook_gradient_is_mu_times_distance():
-    w = torch.nn.Linear(3, 2)
     from fedbench.engine.local import LocalModule
+    from fedbench.engine.step import LocalRun, StepContext
+    from fedbench.models import LogReg
+    from fedbench.records import Cost
 
-    module = LocalModule(w, lr=0.1)
+    module = LocalModule(LogReg(3, 2), lr=0.1)
     anchor = torch.randn(module.flat.dim)
-    loss = ProxHooks(0.7, anchor).extra_loss(module)
+    batch = (torch.randn(4, 3), torch.tensor([0, 1, 1, 0]))
+    run = LocalRun(0, 0, anchor, None, Cost())
+    ce = StepContext(module, run, 0, batch).loss()
+    ce.backward()
+    ce_grad = module.flat.grad()
+    module.zero_grad(set_to_none=True)
+    loss = ProxHook(0.7, anchor).loss(StepContext(module, run, 0, batch))
     loss.backward()
-    grad = torch.cat([p.grad.reshape(-1) for p in module.flat.param_tensors])
-    torch.testing.assert_close(grad, 0.7 * (module.flat.params - anchor))
-    assert loss.item() == pytest.approx(0.35 * float(((module.flat.params - anchor) ** 2).sum()), rel=1e-5)
+    torch.testing.assert_close(module.flat.grad() - ce_grad, 0.7 * (module.flat.params - anchor))
+    prox = 0.35 * float(((module.flat.params - anchor) ** 2).sum())
+    assert loss.item() - ce.item() == pytest.approx(prox, rel=1e-5)
 
 
 # ---- hand-computed two-client, two-round example ----------------------------------------------------------------
@@ -83,29 +92,37 @@ LR, STEPS = 0.5, 2
 
 
 class QuadraticTrainer:
-    """Stands in for ClientTrainer: exact gradient steps on f_i, with the algorithm's gradient hooks."""
+    """Stands in for ClientTrainer: exact gradient steps on f_i, with the algorithm's ``StepHook.grad``."""
 
     class _Flat:
-        def __init__(self):
-            self.grad = None
+        def __init__(self, y):
+            self.params, self.g = y, None
 
         def grads(self):
-            return [self.grad]
+            return [self.g]
 
         def views(self, vec):
             return [vec]
 
-    class _Module:
-        def __init__(self):
-            self.flat = QuadraticTrainer._Flat()
+    class _Ctx:  # the StepContext surface a gradient hook uses
+        def __init__(self, client, start, y, step):
+            self.module = SimpleNamespace(flat=QuadraticTrainer._Flat(y))
+            self.module.flat.g = y - A[client]
+            self.start, self.params, self.step = start, y, step
 
-    def train(self, rc, client, steps, start, hooks=None, lr=None, batch_size=None):
-        y, module = start.clone(), self._Module()
-        for _ in range(steps):
-            module.flat.grad = y - A[client]
-            if hooks is not None:
-                hooks.correct_grad(module)
-            y = y - rc.lr * module.flat.grad
+        def grad(self):
+            return self.module.flat.g.clone()
+
+        def set_grad(self, g):
+            self.module.flat.g = g.clone()
+
+    def train(self, rc, client, steps, start, hook=None, lr=None, batch_size=None):
+        y = start.clone()
+        for k in range(steps):
+            ctx = self._Ctx(client, start, y, k)
+            if hook is not None:
+                hook.grad(ctx)
+            y = y - rc.lr * ctx.module.flat.g
         return ClientUpdate(delta=y - start, num_samples=1, steps=steps, loss=0.0)
 
 

@@ -35,7 +35,8 @@ def test_same_seed_same_metrics(tmp_path):
     a, b = _rows(tmp_path / "a" / "metrics.csv"), _rows(tmp_path / "b" / "metrics.csv")
     assert a == b and len(a) == 2
     assert list(a[0]) == ["round", "selected", "completed", "train_loss", "test_loss", "test_acc", "bytes_up",
-                          "bytes_down"]
+                          "bytes_down", "grad_evals"]
+    assert [int(r["grad_evals"]) for r in a] == [2 * 4 * 5 * 16, 4 * 4 * 5 * 16]  # rounds x S x I x batch
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert summary["rounds"] == 4 and summary["final_test_acc"] == float(a[-1]["test_acc"])
     assert {"best_test_acc", "rounds_to_target", "wall_time_s", "bytes_up"} <= set(summary)
@@ -82,7 +83,7 @@ def test_sweep_group_ignores_seed():
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["algo=nope"], "Unknown option 'nope' for config group 'algo'. Allowed: amplified_fedavg, fedavg, fedavgm, fedprox"),
+    (["algo=nope"], "Unknown option 'nope' for config group 'algo'. Allowed: amplified_fedavg, fedavg, fedavgm, feddyn, fedmlb"),
     (["algo.server_lrr=2"], "Unknown key 'server_lrr' in 'algo'"),
     (["-m", "algo=fedavg,nope"], "Unknown option 'nope'"),
     (["algo.weighting=foo"], "Allowed: uniform, samples"),

@@ -1,8 +1,10 @@
 """Federated algorithms, one file each, on the hook API of ``base.py``."""
 
-from fedbench.algorithms.base import ALGORITHMS, AlgoContext, Algorithm, ClientUpdate, RoundContext
+from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, AlgoContext, Algorithm
+from fedbench.records import ClientUpdate, RoundContext, StepHook
 from fedbench.algorithms import (  # noqa: F401  (registers)
-    amplified_fedavg, fedavg, fedavgm, fedprox, fedprox_m, fedvarp, mifa, mifa_m, mimic, scaffold,
+    amplified_fedavg, fedavg, fedavgm, feddyn, fedmlb, fedprox, fedprox_m, fedvarp, gradma, mifa, mifa_m, mimelite,
+    mimic, moon, scaffold,
 )
 
-__all__ = ["ALGORITHMS", "AlgoContext", "Algorithm", "ClientUpdate", "RoundContext"]
+__all__ = ["ALGORITHMS", "AlgoConfig", "AlgoContext", "Algorithm", "ClientUpdate", "RoundContext", "StepHook"]

@@ -21,7 +21,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Aggregation, Algorithm, Weighting
+from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Aggregation, Algorithm
 from fedbench.errors import require
 from fedbench.participation.base import RoundParticipation
 
@@ -35,9 +35,10 @@ class Mode(Enum):
 @ALGORITHMS.register("amplified_fedavg")
 class AmplifiedFedAvg(Algorithm):
     @dataclass
-    class Config:
+    class Config(AlgoConfig):
+        """``server_lr`` scales every round's step (and so the window sum u); 1 is the paper's."""
+
         name: str = "amplified_fedavg"
-        weighting: Weighting = Weighting.uniform
         aggregation: Aggregation = Aggregation.normalized
         eta: float = 10.0
         period: int = 500
@@ -74,13 +75,13 @@ class AmplifiedFedAvg(Algorithm):
         lr = self.cfg.warmup_lr if warm and self.cfg.warmup_lr is not None else None
         full = self.mode == Mode.wait_full and not warm
         batch = int(self.ctx.sizes[client]) if full else None
-        return trainer.train(rc, client, steps, x, self.local_hooks(rc, client, x, payload), lr=lr, batch_size=batch)
+        return trainer.train(rc, client, steps, x, self.step_hook(rc, client, x, payload), lr=lr, batch_size=batch)
 
     def server_update(self, rc, x):
-        x.add_(self.acc)
+        x.add_(rc.acc, alpha=self.cfg.server_lr)
         if self.mode != Mode.amplified or rc.round < self.cfg.warmup_rounds:
             return
-        self.u.add_(self.acc)
+        self.u.add_(rc.acc, alpha=self.cfg.server_lr)
         if self._window_end(rc.round):
             x.add_(self.u, alpha=self.cfg.eta - 1.0)
             self.u.zero_()

@@ -6,19 +6,23 @@ Per round the engine calls, in order::
     begin_round(rc, x)                                  # once; x is the global model (d,)
     for each completed client entry (client i, steps s):
         payload = payload(rc, i)                        # what is broadcast besides x (counted in bytes down)
-        update  = client_update(trainer, rc, i, s, x, payload)   # local work -> ClientUpdate
+        update  = client_update(trainer, rc, i, s, x, payload)   # local work (steps shaped by step_hook)
         accumulate(rc, i, update, weight)               # streaming aggregation, O(d) memory
     server_update(rc, x)                                # update x in place
+    round_stats(rc)                                     # optional diagnostics for rounds.csv / W&B
 
-``rc`` (``RoundContext``) carries the participation of the round: selected and completed clients, their expected
-counts (inclusion probabilities) and local steps, and the round's client learning rate. State that must survive
+``rc`` (``RoundContext``, ``fedbench.records``) carries the participation of the round: selected and completed
+clients, their expected counts (inclusion probabilities) and local steps, the round's client learning rate, the
+aggregate ``rc.acc`` and the round's temporaries ``rc.scratch``. Inside local training, ``step_hook`` returns a
+``StepHook`` that sets each step's objective and may replace its gradient (see ``fedbench.engine.step``). Typed
+options extend ``AlgoConfig`` (weighting, aggregation, server_lr are common to all). State that must survive
 a checkpoint is declared: server vectors with ``declare``, per-client vectors with ``declare_table`` (rows in the
 shared client-state store, ``fedbench.engine.client_state``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
@@ -26,8 +30,7 @@ import numpy as np
 import torch
 
 from fedbench.engine.client_state import ClientStateStore, ClientTable
-from fedbench.engine.local import LocalHooks
-from fedbench.participation.base import RoundParticipation
+from fedbench.records import ClientUpdate, RoundContext, StepHook
 from fedbench.registry import Registry
 
 if TYPE_CHECKING:
@@ -47,6 +50,16 @@ class Aggregation(Enum):
 
 
 @dataclass
+class AlgoConfig:
+    """The keys every algorithm accepts; an algorithm's ``Config`` extends this (and may change the defaults)."""
+
+    name: str = "fedavg"
+    weighting: Weighting = Weighting.uniform
+    aggregation: Aggregation = Aggregation.unbiased
+    server_lr: float = 1.0
+
+
+@dataclass
 class AlgoContext:
     dim: int
     num_clients: int
@@ -55,30 +68,8 @@ class AlgoContext:
     seed: int
     store: Optional["ClientStateStore"] = None  # per-client tables; a private in-memory store when None
     local_steps: int = 1  # client.local_steps
-
-
-@dataclass
-class RoundContext:
-    round: int
-    lr: float  # client learning rate of this round
-    part: RoundParticipation
-
-
-@dataclass
-class ClientUpdate:
-    delta: torch.Tensor  # y_I - x, the model change of the local run
-    num_samples: int
-    steps: int
-    loss: float
-    buffers: Optional[torch.Tensor] = None  # BN running statistics after local training
-    extras: Dict[str, torch.Tensor] = field(default_factory=dict)  # further uploads (e.g. control variates)
-
-    @property
-    def upload_bytes(self) -> int:
-        tensors = [self.delta, *self.extras.values()] + ([self.buffers] if self.buffers is not None else [])
-        return sum(t.numel() * t.element_size() for t in tensors)
-
-
+    param_sizes: Optional[list] = None  # entries per parameter tensor, in flat order (per-layer arithmetic)
+    block_sizes: Optional[list] = None  # parameters per model block (``ZooModel.blocks``), head last
 class Algorithm:
     """Base class; its defaults implement FedAvg with the unbiased aggregate and server learning rate 1."""
 
@@ -92,10 +83,9 @@ class Algorithm:
         self._tables: Dict[str, ClientTable] = {}
         if ctx.store is None:
             ctx.store = ClientStateStore(ctx.num_clients, ctx.device)
-        weighting = getattr(cfg, "weighting", Weighting.uniform)
         sizes = ctx.sizes.astype(np.float64)
-        self.p = sizes / sizes.sum() if weighting == Weighting.samples else np.full(ctx.num_clients, 1.0 / ctx.num_clients)
-        self.acc = torch.zeros(ctx.dim, device=ctx.device)
+        self.p = sizes / sizes.sum() if Weighting(cfg.weighting) == Weighting.samples else \
+            np.full(ctx.num_clients, 1.0 / ctx.num_clients)
 
     # ---- declared state -------------------------------------------------------------------------------------
     def declare(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
@@ -142,7 +132,7 @@ class Algorithm:
         if ids.size == 0:
             return np.zeros(0)
         p = self.p[ids]
-        if getattr(self.cfg, "aggregation", Aggregation.unbiased) == Aggregation.normalized:
+        if Aggregation(self.cfg.aggregation) == Aggregation.normalized:
             return p / p.sum()
         expected = rc.part.expected_count[ids]
         if np.any(expected <= 0):
@@ -155,20 +145,27 @@ class Algorithm:
         return part
 
     def begin_round(self, rc: RoundContext, x: torch.Tensor) -> None:
-        self.acc.zero_()
+        """Allocate the round's aggregate ``rc.acc``; an override puts its other temporaries in ``rc.scratch``."""
+        rc.acc = torch.zeros(self.ctx.dim, device=self.ctx.device)
 
     def payload(self, rc: RoundContext, client: int) -> Dict[str, torch.Tensor]:
         return {}
 
-    def local_hooks(self, rc: RoundContext, client: int, x: torch.Tensor, payload: Dict[str, torch.Tensor]) -> Optional[LocalHooks]:
+    def step_hook(self, rc: RoundContext, client: int, x: torch.Tensor,
+                  payload: Dict[str, torch.Tensor]) -> Optional[StepHook]:
+        """The hook shaping each local step of ``client``'s run this round (None: plain SGD on the loss)."""
         return None
 
     def client_update(self, trainer: "ClientTrainer", rc: RoundContext, client: int, steps: int,
                       x: torch.Tensor, payload: Dict[str, torch.Tensor]) -> ClientUpdate:
-        return trainer.train(rc, client, steps, x, self.local_hooks(rc, client, x, payload))
+        return trainer.train(rc, client, steps, x, self.step_hook(rc, client, x, payload))
 
     def accumulate(self, rc: RoundContext, client: int, update: ClientUpdate, weight: float) -> None:
-        self.acc.add_(update.delta, alpha=weight)
+        rc.acc.add_(update.delta, alpha=weight)
 
     def server_update(self, rc: RoundContext, x: torch.Tensor) -> None:
-        x.add_(self.acc, alpha=getattr(self.cfg, "server_lr", 1.0))
+        x.add_(rc.acc, alpha=self.cfg.server_lr)
+
+    def round_stats(self, rc: RoundContext) -> Dict[str, float]:
+        """Diagnostics of the round for ``rounds.csv`` and W&B ``round/*`` (the same keys every round)."""
+        return {}

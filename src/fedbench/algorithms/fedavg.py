@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedbench.algorithms.base import ALGORITHMS, Aggregation, Algorithm, Weighting
+from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 
 
 @ALGORITHMS.register("fedavg")
 class FedAvg(Algorithm):
     @dataclass
-    class Config:
+    class Config(AlgoConfig):
         name: str = "fedavg"
-        weighting: Weighting = Weighting.uniform
-        aggregation: Aggregation = Aggregation.unbiased
-        server_lr: float = 1.0

@@ -33,4 +33,4 @@ class FedAvgM(ServerMomentum, Algorithm):
         server_momentum: float = 0.9
 
     def server_update(self, rc, x):
-        self.momentum_step(x, self.acc)
+        self.momentum_step(x, rc.acc)

@@ -1,7 +1,7 @@
 """FedProx (Li et al., 2020): local objective F_i(w) + mu/2 ||w - x_t||^2 (MimiC note §4.2), FedAvg aggregation.
 
-The proximal term is added to each minibatch loss through the LocalModule's ``extra_loss`` hook, so it acts
-identically under the thin and the Lightning client runners. mu = 0 is FedAvg.
+The proximal term is added to each minibatch loss through a ``StepHook``, so it acts identically under the thin
+and the Lightning client runners. mu = 0 is FedAvg.
 """
 
 from __future__ import annotations
@@ -12,18 +12,18 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm
 from fedbench.algorithms.fedavg import FedAvg
-from fedbench.engine.local import LocalHooks
+from fedbench.records import StepHook
 from fedbench.errors import require
 
 
-class ProxHooks(LocalHooks):
+class ProxHook(StepHook):
     def __init__(self, mu: float, anchor: torch.Tensor):
         self.mu, self.anchor = mu, anchor
 
-    def extra_loss(self, module):
-        params = module.flat.param_tensors
-        anchors = module.flat.views(self.anchor)
-        return 0.5 * self.mu * sum(((p - a) ** 2).sum() for p, a in zip(params, anchors))
+    def loss(self, ctx):
+        flat = ctx.module.flat
+        prox = sum(((p - a) ** 2).sum() for p, a in zip(flat.param_tensors, flat.views(self.anchor)))
+        return ctx.loss() + 0.5 * self.mu * prox
 
 
 class Proximal:
@@ -33,8 +33,8 @@ class Proximal:
         super().__init__(cfg, ctx)
         require(cfg.mu >= 0, "algo.mu", f"{cfg.mu} is negative.", "use mu >= 0 (e.g. 0.01).")
 
-    def local_hooks(self, rc, client, x, payload):
-        return ProxHooks(self.cfg.mu, x) if self.cfg.mu > 0 else None
+    def step_hook(self, rc, client, x, payload):
+        return ProxHook(self.cfg.mu, x) if self.cfg.mu > 0 else None
 
 
 @ALGORITHMS.register("fedprox")

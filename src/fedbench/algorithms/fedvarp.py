@@ -12,38 +12,34 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Aggregation, Algorithm, Weighting
+from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 
 
 @ALGORITHMS.register("fedvarp")
 class FedVarp(Algorithm):
     @dataclass
-    class Config:
+    class Config(AlgoConfig):
         name: str = "fedvarp"
-        weighting: Weighting = Weighting.uniform
-        aggregation: Aggregation = Aggregation.unbiased
-        server_lr: float = 1.0
         rescale_stale: bool = True
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.memory = self.declare_table("latest_update")
         self.ybar = self.declare("memory_mean", torch.zeros(ctx.dim, dtype=torch.float64, device=ctx.device))
-        self.ybar_change = torch.zeros(ctx.dim, dtype=torch.float64, device=ctx.device)
 
     def begin_round(self, rc, x):
         super().begin_round(rc, x)
-        self.ybar_change.zero_()
-        self.start_of_round = self.memory.repeated_rows(rc.part.completed_ids)
+        rc.scratch.ybar_change = torch.zeros_like(self.ybar)
+        rc.scratch.start_of_round = self.memory.repeated_rows(rc.part.completed_ids)
 
     def accumulate(self, rc, client, update, weight):
         g = update.delta / rc.lr if self.cfg.rescale_stale else update.delta
         current = self.memory.get(client)
-        self.acc.add_(g - self.start_of_round.get(client, current), alpha=weight)
-        self.ybar_change.add_((g - current).double(), alpha=float(self.p[client]))
+        rc.acc.add_(g - rc.scratch.start_of_round.get(client, current), alpha=weight)
+        rc.scratch.ybar_change.add_((g - current).double(), alpha=float(self.p[client]))
         self.memory.set(client, g)
 
     def server_update(self, rc, x):
-        v = self.ybar.float() + self.acc
+        v = self.ybar.float() + rc.acc
         x.add_(v, alpha=self.cfg.server_lr * (rc.lr if self.cfg.rescale_stale else 1.0))
-        self.ybar.add_(self.ybar_change)
+        self.ybar.add_(rc.scratch.ybar_change)

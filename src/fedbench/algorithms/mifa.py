@@ -13,16 +13,16 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Weighting
+from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 
 
 @ALGORITHMS.register("mifa")
 class Mifa(Algorithm):
     @dataclass
-    class Config:
+    class Config(AlgoConfig):
+        """``aggregation`` is accepted for sweeps but has no effect: MIFA always averages over all N clients."""
+
         name: str = "mifa"
-        weighting: Weighting = Weighting.uniform
-        server_lr: float = 1.0
         rescale_stale: bool = True
 
     def __init__(self, cfg, ctx):

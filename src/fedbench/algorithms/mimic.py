@@ -19,7 +19,7 @@ from enum import Enum
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Aggregation, Algorithm, Weighting
+from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Aggregation, Algorithm
 
 
 class Side(Enum):
@@ -30,11 +30,9 @@ class Side(Enum):
 @ALGORITHMS.register("mimic")
 class MimiC(Algorithm):
     @dataclass
-    class Config:
+    class Config(AlgoConfig):
         name: str = "mimic"
-        weighting: Weighting = Weighting.uniform
         aggregation: Aggregation = Aggregation.normalized
-        server_lr: float = 1.0
         rescale_correction: bool = True
         side: Side = Side.server
 
@@ -42,36 +40,33 @@ class MimiC(Algorithm):
         super().__init__(cfg, ctx)
         self.corrections = self.declare_table("correction")
         self.on_client = Side(cfg.side) == Side.client
-        self.scale = 1.0
-        self.active: list[int] = []
-        self.repeated: dict[int, torch.Tensor] = {}
 
     def begin_round(self, rc, x):
         super().begin_round(rc, x)
-        self.scale = rc.lr if self.cfg.rescale_correction else 1.0
-        self.active = []
+        rc.scratch.scale = rc.lr if self.cfg.rescale_correction else 1.0
+        rc.scratch.active = []
         # a client drawn twice (selection with replacement) uses its start-of-round correction both times
-        self.repeated = self.corrections.repeated_rows(rc.part.completed_ids)
+        rc.scratch.repeated = self.corrections.repeated_rows(rc.part.completed_ids)
 
-    def _take_correction(self, client: int, delta: torch.Tensor) -> torch.Tensor:
+    def _take_correction(self, rc, client: int, delta: torch.Tensor) -> torch.Tensor:
         """The correction eta_t c^i to add to this upload; the row becomes -Delta^i/eta_t until V_t is known."""
-        c = self.repeated.get(client)
+        c = rc.scratch.repeated.get(client)
         c = self.corrections.get(client) if c is None else c
-        self.corrections.set(client, -delta / self.scale)
-        self.active.append(client)
-        return c * self.scale
+        self.corrections.set(client, -delta / rc.scratch.scale)
+        rc.scratch.active.append(client)
+        return c * rc.scratch.scale
 
     def client_update(self, trainer, rc, client, steps, x, payload):
         update = super().client_update(trainer, rc, client, steps, x, payload)
         if self.on_client:  # the client uploads v^i = Delta^i + eta_t c^i
-            update.delta = update.delta + self._take_correction(client, update.delta)
+            update.delta = update.delta + self._take_correction(rc, client, update.delta)
         return update
 
     def accumulate(self, rc, client, update, weight):
-        v = update.delta if self.on_client else update.delta + self._take_correction(client, update.delta)
-        self.acc.add_(v, alpha=weight)
+        v = update.delta if self.on_client else update.delta + self._take_correction(rc, client, update.delta)
+        rc.acc.add_(v, alpha=weight)
 
     def server_update(self, rc, x):
         super().server_update(rc, x)
-        for client in set(self.active):  # eq. 15: c^i = (V_t - Delta^i_t)/eta_t (client side: from the broadcast)
-            self.corrections.set(client, self.corrections.get(client) + self.acc / self.scale)
+        for client in set(rc.scratch.active):  # eq. 15: c^i = (V_t - Delta^i_t)/eta_t (client side: broadcast)
+            self.corrections.set(client, self.corrections.get(client) + rc.acc / rc.scratch.scale)

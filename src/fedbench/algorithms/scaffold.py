@@ -15,15 +15,16 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm
 from fedbench.algorithms.fedavg import FedAvg
-from fedbench.engine.local import LocalHooks
+from fedbench.records import StepHook
 
 
-class ControlHooks(LocalHooks):
+class ControlHook(StepHook):
     def __init__(self, correction: torch.Tensor):
         self.correction = correction  # c - c_i
 
-    def correct_grad(self, module):
-        torch._foreach_add_(module.flat.grads(), module.flat.views(self.correction))
+    def grad(self, ctx):
+        flat = ctx.module.flat
+        torch._foreach_add_(flat.grads(), flat.views(self.correction))
 
 
 @ALGORITHMS.register("scaffold")
@@ -37,19 +38,18 @@ class Scaffold(Algorithm):
         super().__init__(cfg, ctx)
         self.c = self.declare("server_control", torch.zeros(ctx.dim, device=ctx.device))
         self.controls = self.declare_table("client_control")
-        self.c_change = torch.zeros(ctx.dim, device=ctx.device)
 
     def begin_round(self, rc, x):
         super().begin_round(rc, x)
-        self.c_change.zero_()
+        rc.scratch.c_change = torch.zeros(self.ctx.dim, device=self.ctx.device)
 
     def payload(self, rc, client):
         return {"server_control": self.c} if self.cfg.update_controls else {}
 
     def client_update(self, trainer, rc, client, steps, x, payload):
         c_i = self.controls.get(client)
-        hooks = ControlHooks(payload["server_control"] - c_i) if self.cfg.update_controls else None
-        update = trainer.train(rc, client, steps, x, hooks)
+        hook = ControlHook(payload["server_control"] - c_i) if self.cfg.update_controls else None
+        update = trainer.train(rc, client, steps, x, hook)
         if self.cfg.update_controls:
             c_new = c_i - payload["server_control"] - update.delta / (update.steps * rc.lr)
             update.extras["control_change"] = c_new - c_i
@@ -59,8 +59,8 @@ class Scaffold(Algorithm):
     def accumulate(self, rc, client, update, weight):
         super().accumulate(rc, client, update, weight)
         if "control_change" in update.extras:
-            self.c_change.add_(update.extras["control_change"], alpha=float(self.p[client]))
+            rc.scratch.c_change.add_(update.extras["control_change"], alpha=float(self.p[client]))
 
     def server_update(self, rc, x):
         super().server_update(rc, x)
-        self.c.add_(self.c_change)
+        self.c.add_(rc.scratch.c_change)

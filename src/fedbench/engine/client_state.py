@@ -50,6 +50,11 @@ class ClientTable:
         else:
             self.array[client] = value.detach().to("cpu", torch.float32).numpy()
 
+    def discard(self, client: int) -> None:
+        """Forget ``client``'s row (it reads as zeros again and no longer counts in ``nbytes``)."""
+        self.seen[client] = False
+        self.rows.pop(client, None)
+
     def repeated_rows(self, ids: np.ndarray) -> Dict[int, torch.Tensor]:
         """Current rows of the clients listed more than once in ``ids`` (a round drawn with replacement), so that
         their later entries can use the row as it was at the start of the round."""

@@ -30,19 +30,39 @@ class FlatModel:
         self.buffer_tensors = [b for b in module.buffers() if b.is_floating_point()]
         self.params = _bind(self.param_tensors, device)
         self.buffers = _bind(self.buffer_tensors, device)
+        self.offsets: dict[int, int] = {}  # id(parameter) -> its offset in ``params``
+        offset = 0
+        for p in self.param_tensors:
+            self.offsets[id(p)] = offset
+            offset += p.numel()
 
     @property
     def dim(self) -> int:
         return self.params.numel()
 
+    @property
+    def sizes(self) -> list[int]:
+        """Number of entries of each parameter tensor, in flat order (the segments of per-layer arithmetic)."""
+        return [p.numel() for p in self.param_tensors]
+
     def views(self, vec: torch.Tensor) -> list[torch.Tensor]:
         """Views of a flat (d,) vector shaped like the parameters, for per-parameter (foreach) arithmetic."""
-        out, offset = [], 0
-        for p in self.param_tensors:
-            n = p.numel()
-            out.append(vec[offset: offset + n].view_as(p))
-            offset += n
-        return out
+        return [vec[o: o + p.numel()].view_as(p) for p, o in zip(self.param_tensors, self.offsets.values())]
+
+    def named_views(self, module: nn.Module, vec: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{name: view of vec}`` for the parameters of ``module`` (the model or one of its blocks), named as
+        ``module.named_parameters()`` names them: the argument ``torch.func.functional_call`` takes."""
+        return {n: vec[self.offsets[id(p)]: self.offsets[id(p)] + p.numel()].view_as(p)
+                for n, p in module.named_parameters()}
+
+    def grad(self) -> torch.Tensor:
+        """The parameters' gradients as one flat vector (zeros where a parameter got none)."""
+        return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                          for p in self.param_tensors])
+
+    def set_grad(self, vec: torch.Tensor) -> None:
+        for p, v in zip(self.param_tensors, self.views(vec)):
+            p.grad = v.detach().clone()
 
     def grads(self) -> list[torch.Tensor]:
         return [p.grad for p in self.param_tensors]

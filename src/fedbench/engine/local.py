@@ -1,4 +1,4 @@
-"""The client-local trainer as a LightningModule, plus the algorithm hooks it calls during local steps."""
+"""The client-local trainer as a LightningModule; a ``StepHook`` shapes each of its steps."""
 
 from __future__ import annotations
 
@@ -6,36 +6,28 @@ from typing import Optional
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fedbench.engine.flat import FlatModel
-
-
-class LocalHooks:
-    """Per-client algorithm hooks applied inside local training (identical under every client runner).
-
-    ``extra_loss`` adds a term to each minibatch loss (e.g. FedProx's mu/2 ||w - w_g||^2);
-    ``correct_grad`` edits gradients after backward and before the optimizer step (e.g. SCAFFOLD's c - c_i).
-    """
-
-    def extra_loss(self, module: "LocalModule") -> Optional[torch.Tensor]:
-        return None
-
-    def correct_grad(self, module: "LocalModule") -> None:
-        return None
+from fedbench.engine.step import FunctionalModel, LocalRun, StepContext
 
 
 class LocalModule(L.LightningModule):
-    """Model + cross-entropy loss + local SGD; parameters live in ``self.flat.params``."""
+    """Model + cross-entropy loss + local SGD; parameters live in ``self.flat.params``.
+
+    The runner sets ``self.run`` (a ``LocalRun``) before a client's steps; ``training_step`` builds the step's
+    ``StepContext``, asks the run's hook for the objective, and ``on_before_optimizer_step`` lets the hook replace
+    the gradient. Every step's batch is counted as gradient evaluations.
+    """
 
     def __init__(self, model: nn.Module, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
         super().__init__()
         self.model = model
         self.flat = FlatModel(model)
+        self.functional = FunctionalModel(model, self.flat)
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
-        self.hooks: Optional[LocalHooks] = None
-        self.losses: list[torch.Tensor] = []
+        self.run: Optional[LocalRun] = None
+        self._ctx: Optional[StepContext] = None
         from fedbench.models import SeededDropout
 
         self._dropouts = [m for m in model.modules() if isinstance(m, SeededDropout)]
@@ -45,22 +37,22 @@ class LocalModule(L.LightningModule):
         for m in self._dropouts:
             m.generator = gen
 
+    @property
+    def dropout_generator(self) -> Optional[torch.Generator]:
+        return self._dropouts[0].generator if self._dropouts else None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
 
     def training_step(self, batch, batch_idx):
-        x, y = batch
-        loss = F.cross_entropy(self.model(x), y)
-        self.losses.append(loss.detach())
-        if self.hooks is not None:
-            extra = self.hooks.extra_loss(self)
-            if extra is not None:
-                loss = loss + extra
-        return loss
+        self._ctx = ctx = StepContext(self, self.run, batch_idx, batch)
+        self.run.cost.gradients(len(batch[1]))
+        return self.run.hook.loss(ctx) if self.run.hook is not None else ctx.loss()
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        if self.hooks is not None:
-            self.hooks.correct_grad(self)
+        if self.run.hook is not None:
+            self.run.hook.grad(self._ctx)
+        self._ctx = None
 
     def configure_optimizers(self):
         return torch.optim.SGD(

@@ -3,7 +3,7 @@
 ``ThinRunner`` (default) drives the module's ``training_step`` / ``on_before_optimizer_step`` /
 ``configure_optimizers`` with a plain loop and one optimizer reused across clients (its state is cleared per
 client). ``LightningRunner`` runs the same module under a fresh ``lightning.Trainer`` per client, for checking.
-Both perform exactly the same floating-point operations on the same batches.
+Both perform exactly the same floating-point operations on the same batches, hooks included.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Optional
 
 import torch
 
-from fedbench.engine.local import LocalHooks, LocalModule
+from fedbench.engine.local import LocalModule
+from fedbench.engine.step import LocalRun, mean_loss
 
 
 class ClientRunner:
@@ -26,9 +27,18 @@ class ClientRunner:
         if buffers is not None and buffers.numel():
             self.module.flat.buffers.copy_(buffers)
 
-    def run(self, params, buffers, batches, lr: float, hooks: Optional[LocalHooks]) -> float:
-        """Load ``params``/``buffers``, take one SGD step per batch; return the mean minibatch loss.
-        Afterwards the trained parameters are in ``module.flat.params``."""
+    def run(self, run: LocalRun, buffers, batches, lr: float) -> float:
+        """Load ``run.start``/``buffers``, take one SGD step per batch under ``run.hook``; return the mean
+        minibatch loss. Afterwards the trained parameters are in ``module.flat.params``."""
+        self.load(run.start, buffers)
+        self.module.run = run
+        try:
+            self._steps(batches, lr)
+        finally:
+            self.module.run = None
+        return mean_loss(run.losses)
+
+    def _steps(self, batches, lr: float) -> None:
         raise NotImplementedError
 
 
@@ -37,13 +47,11 @@ class ThinRunner(ClientRunner):
         super().__init__(module)
         self.optimizer = module.configure_optimizers()
 
-    def run(self, params, buffers, batches, lr, hooks):
+    def _steps(self, batches, lr):
         m, opt = self.module, self.optimizer
-        self.load(params, buffers)
         opt.state.clear()
         for group in opt.param_groups:
             group["lr"] = lr
-        m.hooks, m.losses = hooks, []
         m.train()
         for i, batch in enumerate(batches):
             opt.zero_grad(set_to_none=True)
@@ -51,8 +59,6 @@ class ThinRunner(ClientRunner):
             loss.backward()
             m.on_before_optimizer_step(opt)
             opt.step()
-        m.hooks = None
-        return float(torch.stack(m.losses).mean()) if m.losses else float("nan")
 
 
 class _Batches:
@@ -75,12 +81,10 @@ class LightningRunner(ClientRunner):
         for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
             logging.getLogger(name).setLevel(logging.ERROR)
 
-    def run(self, params, buffers, batches, lr, hooks):
+    def _steps(self, batches, lr):
         import lightning as L
 
-        m = self.module
-        self.load(params, buffers)
-        m.lr, m.hooks, m.losses = lr, hooks, []
+        self.module.lr = lr
         trainer = L.Trainer(
             max_steps=len(batches), max_epochs=1, accelerator=self.accelerator, devices=1, logger=False,
             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -88,9 +92,7 @@ class LightningRunner(ClientRunner):
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            trainer.fit(m, train_dataloaders=_Batches(batches))
-        m.hooks = None
-        return float(torch.stack(m.losses).mean()) if m.losses else float("nan")
+            trainer.fit(self.module, train_dataloaders=_Batches(batches))
 
 
 def make_runner(kind: str, module: LocalModule, device: torch.device) -> ClientRunner:

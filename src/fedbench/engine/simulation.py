@@ -11,7 +11,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from fedbench.algorithms import ALGORITHMS, AlgoContext, RoundContext
+from fedbench.algorithms import ALGORITHMS, AlgoContext
+from fedbench.records import RoundContext
 from fedbench.data import FederatedData, build_federated
 from fedbench.engine.client_state import ClientStateStore
 from fedbench.engine.evaluation import evaluate
@@ -80,7 +81,8 @@ class Simulation:
                                       Path(state_dir) if state_dir else self.run_dir / "client_state")
         self.algo = ALGORITHMS.get_class(cfg.algo.name)(
             cfg.algo, AlgoContext(self.x.numel(), n, self.data.sizes, self.device, seed, self.store,
-                                  cfg.client.local_steps)
+                                  cfg.client.local_steps, self.module.flat.sizes,
+                                  [sum(p.numel() for p in b.parameters()) for b in model.blocks()])
         )
         self.bytes_up = 0
         self.bytes_down = 0
@@ -97,6 +99,7 @@ class Simulation:
         """Run round t; return its statistics."""
         part = self.algo.plan_round(self.participation.round(t))
         rc = RoundContext(round=t, lr=self.lr(t), part=part)
+        grad_evals = self.trainer.cost.grad_evals
         self.algo.begin_round(rc, self.x)
         self.trainer.begin_round()
         model_bytes = (self.x.numel() + self.buffers.numel()) * self.x.element_size()
@@ -124,7 +127,7 @@ class Simulation:
             self.buffers.copy_(new_buffers)
         return {"round": t + 1, "available": int(part.available.sum()), "selected": int(part.selected.size),
                 "completed": int(part.completed.sum()), "train_loss": float(np.mean(losses)) if losses else math.nan,
-                "lr": rc.lr}
+                "lr": rc.lr, "grad_evals": self.trainer.cost.grad_evals - grad_evals, **self.algo.round_stats(rc)}
 
     def evaluate(self) -> tuple[float, float]:
         self.trainer.runner.load(self.x, self.buffers)
@@ -161,6 +164,7 @@ class Simulation:
                     "wall_time": elapsed,
                     "bytes_up": self.bytes_up,
                     "bytes_down": self.bytes_down,
+                    "grad_evals": self.trainer.cost.grad_evals,
                 }
                 window_losses = []
                 history.append(row)
@@ -199,6 +203,7 @@ class Simulation:
             "rounds_per_s": rounds_done / wall if wall > 0 else None,
             "bytes_up": self.bytes_up,
             "bytes_down": self.bytes_down,
+            "grad_evals": self.trainer.cost.grad_evals,
             "num_parameters": self.dim,
             "num_clients": self.data.num_clients,
             "partition_hash": self.data.partition_hash,

@@ -1,4 +1,5 @@
-"""ClientTrainer: a client's minibatches (from its counter-based stream) + the client runner -> ClientUpdate."""
+"""ClientTrainer: a client's minibatches (from its counter-based stream) + the client runner -> ClientUpdate,
+and the primitive "gradient of client i's data at point w" that algorithms needing a large-batch gradient use."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ from typing import Optional
 
 import torch
 
-from fedbench.algorithms.base import ClientUpdate, RoundContext
 from fedbench.data.federated import FederatedData
-from fedbench.engine.local import LocalHooks
 from fedbench.engine.runners import ClientRunner
+from fedbench.engine.step import LocalRun
+from fedbench.records import ClientUpdate, Cost, RoundContext, StepHook
 from fedbench.rng import torch_rng
+
+GRADIENT_CHUNK = 1024  # samples per forward/backward pass of a full-batch gradient (bounds memory; same mean)
 
 
 class ClientTrainer:
@@ -21,6 +24,7 @@ class ClientTrainer:
         self.seed = seed
         self.batch_size = batch_size
         self.buffers: Optional[torch.Tensor] = None  # global floating-point buffers (BN statistics)
+        self.cost = Cost()
         self._occurrences: Counter = Counter()
 
     def begin_round(self) -> None:
@@ -36,13 +40,14 @@ class ClientTrainer:
         return self.data.client_batches(client, steps, batch_size or self.batch_size, gen)
 
     def train(self, rc: RoundContext, client: int, steps: int, start: torch.Tensor,
-              hooks: Optional[LocalHooks] = None, lr: Optional[float] = None,
+              hook: Optional[StepHook] = None, lr: Optional[float] = None,
               batch_size: Optional[int] = None) -> ClientUpdate:
-        """Run ``steps`` local SGD steps of ``client`` from ``start``; return delta = y_steps - start.
+        """Run ``steps`` local SGD steps of ``client`` from ``start`` under ``hook``; return delta = y - start.
         ``lr`` and ``batch_size`` override the round's learning rate and ``client.batch_size``."""
         batches = self.batches(rc, client, steps, batch_size)
         self.runner.module.set_dropout_generator(torch_rng(self.seed, "dropout", rc.round, client))
-        loss = self.runner.run(start, self.buffers, batches, rc.lr if lr is None else lr, hooks)
+        run = LocalRun(client, rc.round, start, hook, self.cost)
+        loss = self.runner.run(run, self.buffers, batches, rc.lr if lr is None else lr)
         flat = self.runner.module.flat
         return ClientUpdate(
             delta=flat.params - start,
@@ -51,3 +56,30 @@ class ClientTrainer:
             loss=loss,
             buffers=flat.buffers.clone() if flat.buffers.numel() else None,
         )
+
+    def gradient(self, rc: RoundContext, client: int, w: torch.Tensor, samples: Optional[int] = None,
+                 purpose: str = "gradient") -> torch.Tensor:
+        """The mean cross-entropy gradient of ``client``'s data at the flat point ``w``: over all its samples
+        (``samples=None``), or over ``samples`` of them drawn without replacement from the explicit stream
+        (seed, purpose, round, client). Un-augmented inputs, batch statistics with BN running statistics frozen,
+        dropout masks from (seed, purpose/dropout, round, client). Costs n (or ``samples``) gradient evaluations."""
+        lo, hi = int(self.data.offsets[client]), int(self.data.offsets[client + 1])
+        n = hi - lo
+        if samples is None or samples >= n:
+            idx = torch.arange(lo, hi, device=self.data.x.device)
+        else:
+            perm = torch.randperm(n, generator=torch_rng(self.seed, purpose, rc.round, client))[:samples]
+            idx = (perm + lo).to(self.data.x.device)
+        module = self.runner.module
+        previous = module.dropout_generator
+        module.set_dropout_generator(torch_rng(self.seed, f"{purpose}/dropout", rc.round, client))
+        module.train()
+        total = torch.zeros_like(w)
+        try:
+            for chunk in idx.split(GRADIENT_CHUNK):
+                _, g = module.functional.loss_grad(w, self.data.x[chunk], self.data.y[chunk])
+                total.add_(g, alpha=len(chunk) / len(idx))
+        finally:
+            module.set_dropout_generator(previous)
+        self.cost.gradients(len(idx))
+        return total

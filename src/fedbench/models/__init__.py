@@ -50,18 +50,44 @@ def materialize(model: nn.Module, gen: torch.Generator, init: Callable[[nn.Modul
     return model
 
 
-class LogReg(nn.Module):
+class ZooModel(nn.Module):
+    """The model protocol: ``blocks()`` splits the forward pass into a sequence of modules whose composition is
+    ``forward``; ``features(x)`` is every block but the last (the representation), ``head(z)`` the last (the
+    classifier), so ``forward(x) = head(features(x))``. Block boundaries are the levels of FedMLB's hybrid paths;
+    ``features`` is what MOON contrasts. Blocks share the model's parameters (they are not registered twice)."""
+
+    def block_list(self) -> list[nn.Module]:
+        raise NotImplementedError
+
+    def blocks(self) -> tuple[nn.Module, ...]:
+        if "_blocks" not in self.__dict__:
+            self.__dict__["_blocks"] = tuple(self.block_list())
+        return self.__dict__["_blocks"]
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks()[:-1]:
+            x = block(x)
+        return x
+
+    def head(self, z: torch.Tensor) -> torch.Tensor:
+        return self.blocks()[-1](z)
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+class LogReg(ZooModel):
     """Multinomial logistic regression on flattened inputs."""
 
     def __init__(self, in_features: int, num_classes: int):
         super().__init__()
         self.final = nn.Linear(in_features, num_classes)
 
-    def forward(self, x):
-        return self.final(x.flatten(1))
+    def block_list(self):
+        return [nn.Flatten(1), self.final]
 
 
-class MLP(nn.Module):
+class MLP(ZooModel):
     """Fully connected ReLU network, optionally with BatchNorm1d after each hidden layer."""
 
     def __init__(self, in_features: int, hidden: list[int], num_classes: int, batch_norm: bool = False):
@@ -76,27 +102,33 @@ class MLP(nn.Module):
             prev = h
         self.body = nn.Sequential(*layers)
         self.final = nn.Linear(prev, num_classes)
+        self.per_layer = 3 if batch_norm else 2
 
-    def forward(self, x):
-        return self.final(self.body(x.flatten(1)))
+    def block_list(self):
+        """One block per hidden layer (Linear[-BN]-ReLU; the first also flattens), then the output layer."""
+        if not len(self.body):
+            return [nn.Flatten(1), self.final]
+        k = self.per_layer
+        hidden = [self.body[i: i + k] for i in range(0, len(self.body), k)]
+        return [nn.Sequential(nn.Flatten(1), *hidden[0]), *hidden[1:], self.final]
 
 
-class CNNFMNIST(nn.Module):
+class CNNFMNIST(ZooModel):
     """Table D.2 (FashionMNIST) of Wang & Ji (2022): Conv(32,5x5,p2)-ReLU-MaxPool2 -> Conv(32,5x5,p2)-ReLU-
     MaxPool2 -> Dense(128)-ReLU -> Dense(classes). 228,586 parameters on 1x28x28 inputs."""
 
     def __init__(self, input_shape: tuple, num_classes: int):
         super().__init__()
         c, h, w = input_shape
-        self.features = nn.Sequential(
+        self.conv = nn.Sequential(
             nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, 2),
             nn.Conv2d(32, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, 2),
         )
         self.hidden = nn.Linear(32 * (h // 4) * (w // 4), 128)
         self.final = nn.Linear(128, num_classes)
 
-    def forward(self, x):
-        return self.final(torch.relu(self.hidden(self.features(x).flatten(1))))
+    def block_list(self):
+        return [self.conv[:3], self.conv[3:], nn.Sequential(nn.Flatten(1), self.hidden, nn.ReLU()), self.final]
 
 
 class SeededDropout(nn.Module):
@@ -115,40 +147,40 @@ class SeededDropout(nn.Module):
         return x * keep / (1 - self.p)
 
 
-class LeNet5(nn.Module):
+class LeNet5(ZooModel):
     """LeNet-5 of FedAMD / MimiC (NIID-Bench SimpleCNNMNIST): Conv(6,5x5)-ReLU-MaxPool2 -> Conv(16,5x5)-ReLU-MaxPool2
     -> FC 120 -> FC 84 -> FC classes, no padding; 44,426 parameters on 1x28x28."""
 
     def __init__(self, input_shape: tuple, num_classes: int):
         super().__init__()
         c, h, w = input_shape
-        self.features = nn.Sequential(nn.Conv2d(c, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
-                                      nn.MaxPool2d(2))
+        self.conv = nn.Sequential(nn.Conv2d(c, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
+                                  nn.MaxPool2d(2))
         flat = 16 * ((h - 4) // 2 - 4) // 2 * (((w - 4) // 2 - 4) // 2)
         self.fc = nn.Sequential(nn.Linear(flat, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU())
         self.final = nn.Linear(84, num_classes)
 
-    def forward(self, x):
-        return self.final(self.fc(self.features(x).flatten(1)))
+    def block_list(self):
+        return [self.conv[:3], self.conv[3:], nn.Sequential(nn.Flatten(1), *self.fc[:2]), self.fc[2:], self.final]
 
 
-class CNNCIFAR(nn.Module):
+class CNNCIFAR(ZooModel):
     """Table D.2 (CIFAR-10) of Wang & Ji (2022): Conv(32,5x5,p2)-ReLU-MaxPool2 -> Conv(64,5x5,p2)-ReLU-MaxPool2 ->
     Dense(512)-ReLU -> Dense(128)-ReLU -> Dense(classes). 2,218,314 parameters on 3x32x32."""
 
     def __init__(self, input_shape: tuple, num_classes: int):
         super().__init__()
         c, h, w = input_shape
-        self.features = nn.Sequential(nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, 2),
-                                      nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, 2))
+        self.conv = nn.Sequential(nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, 2),
+                                  nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, 2))
         self.fc = nn.Sequential(nn.Linear(64 * (h // 4) * (w // 4), 512), nn.ReLU(), nn.Linear(512, 128), nn.ReLU())
         self.final = nn.Linear(128, num_classes)
 
-    def forward(self, x):
-        return self.final(self.fc(self.features(x).flatten(1)))
+    def block_list(self):
+        return [self.conv[:3], self.conv[3:], nn.Sequential(nn.Flatten(1), *self.fc[:2]), self.fc[2:], self.final]
 
 
-class GradMACNN(nn.Module):
+class GradMACNN(ZooModel):
     """GradMA's CIFAR-10 "LeNet-5" (class ``Lenet`` of its code): Conv(32,5x5)-BN-ReLU-MaxPool2 -> Conv(64,5x5)-BN-
     ReLU-MaxPool2 -> Linear(512)-BN-ReLU-Dropout -> Linear(128)-BN-ReLU-Dropout -> Linear(classes).
     941,834 parameters on 3x32x32."""
@@ -156,7 +188,7 @@ class GradMACNN(nn.Module):
     def __init__(self, input_shape: tuple, num_classes: int, dropout: float):
         super().__init__()
         c, h, w = input_shape
-        self.features = nn.Sequential(
+        self.conv = nn.Sequential(
             nn.Conv2d(c, 32, 5), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(32, 64, 5), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2))
         flat = 64 * (((h - 4) // 2 - 4) // 2) * (((w - 4) // 2 - 4) // 2)
@@ -164,8 +196,8 @@ class GradMACNN(nn.Module):
                                 nn.Linear(512, 128), nn.BatchNorm1d(128), nn.ReLU(), SeededDropout(dropout))
         self.final = nn.Linear(128, num_classes)
 
-    def forward(self, x):
-        return self.final(self.fc(self.features(x).flatten(1)))
+    def block_list(self):
+        return [self.conv[:4], self.conv[4:], nn.Sequential(nn.Flatten(1), *self.fc[:4]), self.fc[4:], self.final]
 
 
 def _norm2d(kind: str, channels: int, groups: int) -> nn.Module:
@@ -176,7 +208,7 @@ def _norm2d(kind: str, channels: int, groups: int) -> nn.Module:
     return nn.Identity()
 
 
-class VGG11(nn.Module):
+class VGG11(ZooModel):
     """VGG-11 (config A: 64, M, 128, M, 256, 256, M, 512, 512, M, 512, 512, M) on 32x32 inputs.
 
     variant=mimic (MimiC's code, no BN): classifier Dropout-Linear(512)-ReLU-Dropout-Linear(512)-ReLU-Linear(C),
@@ -196,7 +228,7 @@ class VGG11(nn.Module):
             else:
                 layers += [nn.Conv2d(prev, v, 3, padding=1), _norm2d(norm, v, groups), nn.ReLU()]
                 prev = v
-        self.features = nn.Sequential(*layers)
+        self.conv = nn.Sequential(*layers)
         flat = 512 * (input_shape[1] // 32) * (input_shape[2] // 32)
         if variant == "mimic":
             self.fc = nn.Sequential(SeededDropout(dropout), nn.Linear(flat, 512), nn.ReLU(), SeededDropout(dropout),
@@ -206,8 +238,11 @@ class VGG11(nn.Module):
             self.fc = nn.Sequential(nn.Linear(flat, 128), nn.ReLU(), SeededDropout(dropout))
             self.final = nn.Linear(128, num_classes)
 
-    def forward(self, x):
-        return self.final(self.fc(self.features(x).flatten(1)))
+    def block_list(self):
+        """The five convolution stages (each ends in a max-pool), the classifier's hidden part, the output layer."""
+        pools = [i for i, m in enumerate(self.conv) if isinstance(m, nn.MaxPool2d)]
+        stages = [self.conv[a + 1: b + 1] for a, b in zip([-1, *pools[:-1]], pools)]
+        return [*stages, nn.Sequential(nn.Flatten(1), *self.fc), self.final]
 
 
 def vgg_mimic_init_(module: nn.Module, gen: torch.Generator) -> None:
@@ -247,7 +282,7 @@ class BasicBlock(nn.Module):
         return torch.relu(out + sc)
 
 
-class ResNet(nn.Module):
+class ResNet(ZooModel):
     """ResNet with a norm switch. resnet20: He et al. (2016) CIFAR ResNet-20 (3 stages x 3 blocks, 16/32/64
     channels, option-A shortcuts; 269,722 parameters with BN for 10 classes). resnet18: 4 stages x 2 blocks,
     64-512 channels, projection shortcuts; stem=cifar (3x3, stride 1) or imagenet (torchvision's 7x7/2 + max-pool)."""
@@ -268,9 +303,15 @@ class ResNet(nn.Module):
                 prev = w
         self.layers = nn.Sequential(*layers)
         self.final = nn.Linear(prev, num_classes)
+        self.stage_ends = [i + 1 for i in range(len(layers)) if i + 1 == len(layers) or layers[i + 1].pad or
+                           not isinstance(layers[i + 1].proj, nn.Identity)]
 
-    def forward(self, x):
-        return self.final(torch.flatten(nn.functional.adaptive_avg_pool2d(self.layers(self.stem(x)), 1), 1))
+    def block_list(self):
+        """The stem with the first stage, each further stage, global pooling, the output layer."""
+        starts = [0, *self.stage_ends[:-1]]
+        stages = [self.layers[a:b] for a, b in zip(starts, self.stage_ends)]
+        return [nn.Sequential(self.stem, *stages[0]), *stages[1:],
+                nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(1)), self.final]
 
 
 def _numel(shape: tuple) -> int:

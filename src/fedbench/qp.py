@@ -1,0 +1,135 @@
+"""The projection QP of GradMA (Luo et al., CVPR 2023, Eqs. 2-4), solved exactly in float64 with torch.
+
+Primal:  p~ = argmin_v 1/2 ||v - p||^2  s.t.  <v, M_j> >= rho ||p|| ||M_j||   (j = 1..k; rho = 0 in the paper)
+Dual:    z* = argmin_{z >= 0} 1/2 z^T (M^T M) z + (M^T p - rho ||p|| diag(M^T M)^(1/2))^T z,   p~ = p + M z*.
+
+The dual is a non-negative least-squares problem on the k x k Gram matrix, solved by the Lawson-Hanson active-set
+method, batched over independent problems (one per layer in the per-layer mode). The constraints are homogeneous:
+scaling a column M_j, or p, by a positive factor leaves the constrained direction unchanged, so each column and p
+are normalised to unit length first. That makes the solve scale-free: vectors with norms of 1e-8 are solved as
+accurately as unit ones (cvxopt's absolute tolerances are what fail there in GradMA's code). Zero columns carry no
+constraint and get z = 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+TOL = 1e-10  # on the normalised problem: a multiplier or KKT residual below this counts as zero
+
+
+@dataclass
+class Projection:
+    """A solved batch: ``z`` (B, k) multipliers in the original units, ``converged`` (B,) per problem."""
+
+    z: torch.Tensor
+    converged: torch.Tensor
+
+    @property
+    def active(self) -> torch.Tensor:
+        """(B,) number of active constraints (z_j > 0) per problem."""
+        return (self.z > 0).sum(1)
+
+
+def nnls_gram(Q: torch.Tensor, q: torch.Tensor, usable: torch.Tensor, tol: float = TOL):
+    """min_{z >= 0} 1/2 z^T Q z + q^T z for a batch (Q: (B,k,k) PSD, q: (B,k)), columns with ``usable`` False
+    fixed at 0. Lawson-Hanson: add the column with the largest positive KKT residual -(Qz + q)_j to the passive set,
+    solve the equality-constrained problem on it, and step back to feasibility when a multiplier turns negative.
+    Returns (z, converged)."""
+    B, k = q.shape
+    z = torch.zeros_like(q)
+    passive = torch.zeros(B, k, dtype=torch.bool)
+    eye = torch.eye(k, dtype=Q.dtype).expand(B, k, k)
+    rows = torch.arange(B)
+    converged = torch.zeros(B, dtype=torch.bool)
+
+    def solve_on(mask):
+        both = mask.unsqueeze(2) & mask.unsqueeze(1)
+        A = torch.where(both, Q, eye)
+        b = torch.where(mask, -q, torch.zeros_like(q))
+        s = torch.linalg.lstsq(A, b.unsqueeze(2)).solution.squeeze(2)
+        return torch.where(mask, s, torch.zeros_like(s))
+
+    for _ in range(3 * k + 10):
+        w = -(Q @ z.unsqueeze(2)).squeeze(2) - q
+        candidates = usable & ~passive & (w > tol)
+        converged = ~candidates.any(1)
+        if bool(converged.all()):
+            break
+        todo = ~converged
+        j = torch.where(candidates, w, torch.full_like(w, -torch.inf)).argmax(1)
+        passive[rows[todo], j[todo]] = True
+        for _ in range(k + 1):  # inner loop: keep the passive solution feasible
+            s = solve_on(passive)
+            bad = todo.unsqueeze(1) & passive & (s <= 0)
+            if not bool(bad.any()):
+                z = torch.where(todo.unsqueeze(1), s, z)
+                break
+            stepping = bad.any(1)
+            ratio = torch.where(bad, z / (z - s).clamp_min(1e-300), torch.full_like(z, torch.inf))
+            alpha = ratio.min(1).values.clamp(0, 1).unsqueeze(1)
+            moved = z + alpha * (s - z)
+            z = torch.where(stepping.unsqueeze(1), moved, torch.where(todo.unsqueeze(1), s, z))
+            passive &= ~(stepping.unsqueeze(1) & (z <= 1e-15))
+            z = torch.where(passive, z, torch.zeros_like(z))
+            todo = todo & stepping
+    return z.clamp_min(0), converged
+
+
+def solve(G: torch.Tensor, c: torch.Tensor, pp: torch.Tensor, rho: float = 0.0) -> Projection:
+    """Multipliers of the projection from Gram quantities: G (B,k,k) = M^T M, c (B,k) = M^T p, pp (B,) = ||p||^2.
+    Solved on the CPU in float64 after normalising every column and p to unit length."""
+    G, c, pp = (t.detach().to("cpu", torch.float64) for t in (G, c, pp))
+    norms = torch.diagonal(G, dim1=1, dim2=2).clamp_min(0).sqrt()
+    pn = pp.clamp_min(0).sqrt()
+    usable = (norms > 1e-150) & torch.isfinite(norms) & (pn > 1e-150).unsqueeze(1)
+    safe = torch.where(usable, norms, torch.ones_like(norms))
+    Q = G / (safe.unsqueeze(2) * safe.unsqueeze(1))
+    q = c / (safe * torch.where(pn > 0, pn, torch.ones_like(pn)).unsqueeze(1)) - rho
+    q = torch.where(usable, q, torch.ones_like(q))
+    zn, ok = nnls_gram(Q, q, usable)
+    finite = torch.isfinite(zn).all(1)
+    z = torch.where(usable, zn * pn.unsqueeze(1) / safe, torch.zeros_like(zn))
+    return Projection(torch.where(finite.unsqueeze(1), z, torch.zeros_like(z)), ok & finite)
+
+
+def segment_bounds(sizes: Optional[Sequence[int]], d: int) -> list[tuple[int, int]]:
+    """[(start, stop)] of each segment; one segment (the whole vector) when ``sizes`` is None."""
+    if sizes is None:
+        return [(0, d)]
+    out, a = [], 0
+    for n in sizes:
+        out.append((a, a + n))
+        a += n
+    return out
+
+
+def gram(V: torch.Tensor, bounds: list[tuple[int, int]]) -> torch.Tensor:
+    """(B, r, r) float64 Gram matrices of the rows of V (r, d), one per segment."""
+    V = V.double()
+    return torch.stack([V[:, a:b] @ V[:, a:b].T for a, b in bounds])
+
+
+def combine(p: torch.Tensor, M: torch.Tensor, z: torch.Tensor, bounds: list[tuple[int, int]]) -> torch.Tensor:
+    """p + M z per segment: segment b of the result is p[b] + sum_j z[b, j] M_j[b]."""
+    out = p.clone()
+    zt = z.to(device=M.device, dtype=M.dtype)
+    for (a, b), zb in zip(bounds, zt):
+        if bool((zb != 0).any()):
+            out[a:b].add_(zb @ M[:, a:b])
+    return out
+
+
+def project(p: torch.Tensor, M: torch.Tensor, sizes: Optional[Sequence[int]] = None,
+            rho: float = 0.0) -> tuple[torch.Tensor, Projection]:
+    """Project p (d,) onto {v : <v, M_j> >= rho ||p|| ||M_j||} for the rows M_j of M (k, d): one QP over the whole
+    vector, or one per segment of ``sizes`` (per layer). A problem that does not converge (or is not finite)
+    leaves its segment of p uncorrected (``Projection.converged`` says which)."""
+    bounds = segment_bounds(sizes, p.numel())
+    G = gram(torch.cat([M, p.unsqueeze(0)]), bounds)
+    k = M.shape[0]
+    proj = solve(G[:, :k, :k], G[:, :k, k], G[:, k, k], rho)
+    return combine(p, M, proj.z, bounds), proj
