@@ -108,13 +108,19 @@ class QuadraticTrainer:
         def __init__(self, client, start, y, step):
             self.module = SimpleNamespace(flat=QuadraticTrainer._Flat(y))
             self.module.flat.g = y - A[client]
-            self.start, self.params, self.step = start, y, step
+            self.start, self.params, self.step, self.client = start, y, step, client
+
+        def grad_at(self, w, running_stats=False):
+            return w - A[self.client]
 
         def grad(self):
             return self.module.flat.g.clone()
 
         def set_grad(self, g):
             self.module.flat.g = g.clone()
+
+    def gradient(self, rc, client, w, samples=None, purpose="gradient"):
+        return w - A[client]
 
     def train(self, rc, client, steps, start, hook=None, lr=None, batch_size=None):
         y = start.clone()
@@ -194,6 +200,48 @@ def test_scaffold_hand_computed():
     torch.testing.assert_close(x, torch.tensor([0.1875, 0.75]), rtol=0, atol=1e-6)
     torch.testing.assert_close(algo.controls.get(0), torch.tensor([-0.9375, 0.75]), rtol=0, atol=1e-6)
     torch.testing.assert_close(algo.c, torch.tensor([-0.09375, -0.375]), rtol=0, atol=1e-6)
+
+
+def test_gradma_s_server_qp_hand_computed():
+    # round 0: D0 = (.75, 0), D1 = (-.75, 1.5), d = m = (0, .75): no violated constraint, x1 = (0, .75)
+    # round 1 (client 0, w = 1): d = D0' = (.75, -.5625), m = .5 (0, .75) + d = (.75, -.1875);
+    # D0 = .5 (.75, 0) + d = (1.125, -.5625), D1 = .5 (-.75, 1.5) = (-.375, .75); <m, D1> = -.421875 < 0,
+    # so m~ = m + (.421875 / .703125) D1 = (.525, .2625) (and <m~, D0> > 0); x2 = x1 + m~ = (.525, 1.0125)
+    algo, x = run_two_rounds("gradma_s", beta1=0.5, beta2=0.5, memory_size=2)
+    torch.testing.assert_close(x, torch.tensor([0.525, 1.0125]), rtol=0, atol=1e-6)
+    torch.testing.assert_close(algo.momentum, torch.tensor([0.525, 0.2625]), rtol=0, atol=1e-6)
+
+
+def test_gradma_w_worker_qp_hand_computed():
+    # round 0, client i from x = 0 (x_{-1} = x): step 0 is plain (g = grad at x); step 1 at y1 = a_i/2 has
+    # g = -a_i/2 and the drift column c = a_i/2 with <g, c> < 0: g~ = g - <g,c>/|c|^2 c = 0, so Delta_i = a_i/2.
+    # x1 = mean = (0, .5). Round 1, client 0 (x_{-1} = its last local model (.5, 0)): step 0 g = (-1, .5) is
+    # unconstrained, y1 = (.5, .25); step 1 g = (-.5, .25) = -c, so g~ = 0 again: x2 = (.5, .25)
+    algo, x = run_two_rounds("gradma_w")
+    torch.testing.assert_close(x, torch.tensor([0.5, 0.25]), rtol=0, atol=1e-6)
+    torch.testing.assert_close(algo.last_local.get(0), torch.tensor([0.5, 0.25]), rtol=0, atol=1e-6)
+
+
+def test_feddyn_hand_computed():
+    # alpha = 1: local gradient (y - a_i) + (y - x) - lambda_i. Round 0: 2y - a_i, y: 0 -> a_i/2 -> a_i/2,
+    # Delta_0 = (.5, 0), Delta_1 = (-.5, 1); lambda_i = -Delta_i; h = -(1/2)(0, 1) = (0, -.5);
+    # x1 = mean Delta - h = (0, .5) + (0, .5) = (0, 1).
+    # Round 1, client 0: gradient 2y - (.5, 1): y (0, 1) -> (.25, .5) -> (.25, .5), Delta = (.25, -.5);
+    # h = (0, -.5) - (1/2)(.25, -.5) = (-.125, -.25); x2 = (0, 1) + (.25, -.5) + (.125, .25) = (.375, .75)
+    algo, x = run_two_rounds("feddyn", alpha=1.0)
+    torch.testing.assert_close(x, torch.tensor([0.375, 0.75]), rtol=0, atol=1e-6)
+    torch.testing.assert_close(algo.linear.get(0), torch.tensor([-0.75, 0.5]), rtol=0, atol=1e-6)
+    torch.testing.assert_close(algo.h, torch.tensor([-0.125, -0.25]), rtol=0, atol=1e-6)
+
+
+def test_mimelite_hand_computed():
+    # beta = .5, m = 0: direction .5 g; round 0: y: 0 -> .25 a_i -> .4375 a_i, x1 = .4375 mean(a) = (0, .4375);
+    # full gradients at 0: -a_i, mean (0, -1): m1 = .5 (0, -1) = (0, -.5).
+    # Round 1, client 0: d = .5 (y - a0) + .5 m1: y (0, .4375) -> (.25, .453125) -> (.4375, .46484375) = x2;
+    # m2 = .5 (x1 - a0) + .5 m1 = (-.5, -.03125)
+    algo, x = run_two_rounds("mimelite", beta=0.5)
+    torch.testing.assert_close(x, torch.tensor([0.4375, 0.46484375]), rtol=0, atol=1e-6)
+    torch.testing.assert_close(algo.momentum, torch.tensor([-0.5, -0.03125]), rtol=0, atol=1e-6)
 
 
 def test_amplified_fedavg_window_amplification():

@@ -81,6 +81,7 @@ class PartitionConfig:
     min_samples: int = 10  # dirichlet / quantity_skew: every client gets at least this many samples
     max_tries: int = 1000  # dirichlet: re-draws allowed to satisfy min_samples
     equal_sizes: bool = False  # dirichlet: FedSRC-D code's per-client q_i ~ Dir(alpha * prior), floor(n/N) each
+    seed_samples: int = 0  # dirichlet: every client first gets this many random samples (GradMA's code: 2)
     shards_per_client: int = 2  # shards
     classes_per_client: int = 2  # classes_per_client: k
     scheme: ClassesScheme = ClassesScheme.balanced  # classes_per_client

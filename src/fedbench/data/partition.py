@@ -40,18 +40,25 @@ def iid(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optiona
 def dirichlet(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
     """Label skew by Dirichlet proportions.
 
-    Default (Hsu et al., 2019; NIID-Bench; GradMA's Dp(omega)): for each class c, q_c ~ Dir(alpha 1_N) splits the
-    class over clients; a client already holding >= n/N samples gets no more; the draw is repeated until every
-    client holds at least ``min_samples`` (at most ``max_tries`` draws).
+    Default (Hsu et al., 2019; NIID-Bench): for each class c, q_c ~ Dir(alpha 1_N) splits the class over clients;
+    a client already holding >= n/N samples gets no more; the draw is repeated until every client holds at least
+    ``min_samples`` (at most ``max_tries`` draws).
+    ``seed_samples=k`` (GradMA's code, note §3.2, k = 2): draw q_c ~ Dir(alpha 1_N) per class, give every client k
+    samples first (each from a uniformly random class), then split each class's rest by q_c, without a cap; this
+    is what makes alpha = 0.01 feasible.
     ``equal_sizes=true`` (FedSRC-D's code): each client i draws q_i ~ Dir(alpha * class prior) and takes samples
     class by class from the pools until it holds floor(n/N); an emptied class is removed from q_i.
     """
     n, num = cfg.num_clients, len(labels)
     require(cfg.alpha > 0, "partition.alpha", f"{cfg.alpha} is not positive.", "use alpha > 0 (e.g. 0.3).")
+    require(0 <= cfg.seed_samples * n <= num, "partition.seed_samples", f"{cfg.seed_samples} per client.",
+            f"use 0 (off) or k >= 1 with k x {n} clients <= {num} samples (GradMA's code: 2).")
     _require_room(cfg, num)
     classes = np.unique(labels)
     if cfg.equal_sizes:
         return _dirichlet_equal(labels, classes, n, cfg.alpha, rng), {}
+    if cfg.seed_samples:
+        return _dirichlet_seeded(labels, classes, n, cfg.alpha, cfg.seed_samples, rng), {}
     by_class = [np.flatnonzero(labels == c) for c in classes]
     for _ in range(cfg.max_tries):
         owner = np.empty(num, dtype=np.int64)
@@ -73,6 +80,22 @@ def dirichlet(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: O
         f"in {cfg.max_tries} tries.",
         "lower partition.min_samples, raise partition.alpha, or raise partition.max_tries.",
     )
+
+
+def _dirichlet_seeded(labels, classes, n, alpha, k, rng) -> np.ndarray:
+    q = rng.dirichlet(np.full(n, alpha), size=len(classes))
+    pools = [list(rng.permutation(np.flatnonzero(labels == c))) for c in classes]
+    owner = np.full(len(labels), -1, dtype=np.int64)
+    for _ in range(k):
+        for i in range(n):
+            nonempty = [c for c, p in enumerate(pools) if p]
+            owner[pools[nonempty[rng.integers(len(nonempty))]].pop()] = i
+    for c, pool in enumerate(pools):
+        idx = rng.permutation(np.array(pool, dtype=np.int64))
+        cuts = (np.cumsum(q[c]) * len(idx)).astype(np.int64)[:-1]
+        for i, part in enumerate(np.split(idx, cuts)):
+            owner[part] = i
+    return owner
 
 
 def _dirichlet_equal(labels, classes, n, alpha, rng) -> np.ndarray:
