@@ -33,6 +33,8 @@ from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 from fedbench.errors import require
 from fedbench.records import StepHook
 
+ROW_BLOCK = 16  # memory rows stacked at a time for the server's inner products (16 x d floats)
+
 
 class QPMode(Enum):
     flat = "flat"  # one QP over the whole parameter vector (paper)
@@ -203,39 +205,47 @@ class GradMA(Algorithm):
         self.slot_scale[slot] = 1.0
         rc.scratch.touched.add(client)
 
-    def _refresh_gram(self, touched_slots: list[int]) -> None:
-        """Recompute the Gram entries of the rows written this round against every memory row."""
-        if not touched_slots:
-            return
-        changed = torch.stack([self.rows.get(int(self.slot_client[s])) for s in touched_slots]).double()
-        for j in (self.slot_client >= 0).nonzero().flatten().tolist():
-            row = self.rows.get(int(self.slot_client[j])).double()
-            for b, (lo, hi) in enumerate(self.bounds):
-                dots = (changed[:, lo:hi] @ row[lo:hi]).cpu()
-                self.gram[b, touched_slots, j] = dots
-                self.gram[b, j, touched_slots] = dots
+    def _products(self, slots: list[int], targets: torch.Tensor) -> torch.Tensor:
+        """(B, len(slots), r) inner products, per segment, of the memory rows of ``slots`` with the rows of
+        ``targets`` (r, d): one pass over the memory in blocks of rows, each a float32 matrix product (the vectors
+        are float32; BLAS accumulates blockwise) returned in float64 for the solve."""
+        out = torch.zeros(len(self.bounds), len(slots), targets.shape[0], dtype=torch.float64)
+        segments = [targets[:, lo:hi].T.contiguous() for lo, hi in self.bounds]
+        buffer = torch.empty(min(ROW_BLOCK, len(slots)), targets.shape[1], device=targets.device)
+        for a in range(0, len(slots), ROW_BLOCK):
+            chunk = slots[a: a + ROW_BLOCK]
+            block = torch.stack([self.rows.get(int(self.slot_client[s])) for s in chunk], out=buffer[:len(chunk)])
+            for b, ((lo, hi), seg) in enumerate(zip(self.bounds, segments)):
+                out[b, a: a + len(block)] = (block[:, lo:hi] @ seg).double().cpu()
+        return out
 
     def _corrected(self, rc, mom: torch.Tensor) -> torch.Tensor:
-        """m~ = QP_g(m, D) (Eq. 8)."""
+        """m~ = QP_g(m, D) (Eq. 8). The Gram entries of the rows written this round and M^T m come from one pass
+        over the memory; the other Gram entries are unchanged since their rows are (decay only scales s_i)."""
+        touched = torch.tensor([int(c) in rc.scratch.touched for c in self.slot_client.tolist()])
         occupied = self.slot_client >= 0
-        absent = occupied & ~torch.tensor([int(c) in rc.scratch.touched for c in self.slot_client.tolist()])
-        self.slot_scale[absent] *= self.cfg.beta2  # Eq. 7 for absent entries
-        self._refresh_gram([s for s in range(self.m) if int(self.slot_client[s]) in rc.scratch.touched])
+        self.slot_scale[occupied & ~touched] *= self.cfg.beta2  # Eq. 7 for absent entries
         slots = (occupied & (self.slot_scale > 0)).nonzero().flatten().tolist()
         if not slots:
             return mom
-        mom64 = mom.double()
-        rows = [self.rows.get(int(self.slot_client[s])) for s in slots]
-        c = torch.tensor([[float(r[lo:hi].double() @ mom64[lo:hi]) for r in rows] for lo, hi in self.bounds],
-                         dtype=torch.float64)
-        pp = torch.tensor([float(mom64[lo:hi] @ mom64[lo:hi]) for lo, hi in self.bounds], dtype=torch.float64)
+        changed = [s for s in slots if touched[s]]
+        rows_changed = [self.rows.get(int(self.slot_client[s])) for s in changed]
+        products = self._products(slots, torch.stack([*rows_changed, mom]))
         idx = torch.tensor(slots)
-        proj = qp.solve(self.gram[:, idx][:, :, idx], c, pp, self.cfg.rho_g)
+        if changed:
+            cidx = torch.tensor(changed)
+            self.gram[:, idx[:, None], cidx] = products[:, :, :-1]
+            self.gram[:, cidx[:, None], idx] = products[:, :, :-1].transpose(1, 2)
+        mom64 = mom.double()
+        pp = torch.stack([mom64[lo:hi] @ mom64[lo:hi] for lo, hi in self.bounds]).cpu()
+        proj = qp.solve(self.gram[:, idx][:, :, idx], products[:, :, -1], pp, self.cfg.rho_g)
+        z = torch.where(proj.converged.unsqueeze(1), proj.z, torch.zeros_like(proj.z))
         out = mom.clone()
-        for j, row in enumerate(rows):
+        for j in (z > 0).any(0).nonzero().flatten().tolist():
+            row = self.rows.get(int(self.slot_client[slots[j]]))
             for b, (lo, hi) in enumerate(self.bounds):
-                if proj.z[b, j] > 0 and proj.converged[b]:
-                    out[lo:hi].add_(row[lo:hi], alpha=float(proj.z[b, j]))
+                if z[b, j] > 0:
+                    out[lo:hi].add_(row[lo:hi], alpha=float(z[b, j]))
         rc.scratch.server.add(mom, out, proj)
         return out
 
