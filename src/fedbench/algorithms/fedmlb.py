@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
-from fedbench.algorithms.fedavgm import FedAvgM, ServerMomentum
+from fedbench.algorithms.fedavgm import FedAvgM
 from fedbench.errors import require
 from fedbench.records import StepHook
 
@@ -69,13 +69,10 @@ class FedMLB(Branched, Algorithm):
 
 
 @ALGORITHMS.register("fedmlb_m")
-class FedMLBM(Branched, ServerMomentum, Algorithm):
+class FedMLBM(Branched, FedAvgM):
     @dataclass
     class Config(FedAvgM.Config):
         name: str = "fedmlb_m"
         lambda1: float = 1.0
         lambda2: float = 1.0
         temperature: float = 1.0
-
-    def server_update(self, rc, x):
-        self.momentum_step(x, rc.acc)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
-from fedbench.algorithms.fedavgm import FedAvgM, ServerMomentum
+from fedbench.algorithms.fedavgm import FedAvgM
 from fedbench.errors import require
 from fedbench.records import StepHook
 
@@ -73,12 +73,9 @@ class Moon(Contrastive, Algorithm):
 
 
 @ALGORITHMS.register("moon_m")
-class MoonM(Contrastive, ServerMomentum, Algorithm):
+class MoonM(Contrastive, FedAvgM):
     @dataclass
     class Config(FedAvgM.Config):
         name: str = "moon_m"
         mu: float = 1.0
         temperature: float = 0.5
-
-    def server_update(self, rc, x):
-        self.momentum_step(x, rc.acc)
