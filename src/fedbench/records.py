@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import Dict, Optional
 
 import torch
 
 from fedbench.participation.base import RoundParticipation
-
-if TYPE_CHECKING:
-    from fedbench.engine.step import StepContext
 
 
 @dataclass

@@ -10,7 +10,7 @@ only, so a vectorized runner can map them over a round's clients.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -18,9 +18,6 @@ from torch import nn
 from torch.func import functional_call
 
 from fedbench.records import Cost, StepHook
-
-if TYPE_CHECKING:
-    from fedbench.engine.local import LocalModule
 
 
 class FunctionalModel:
