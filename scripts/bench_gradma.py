@@ -1,11 +1,11 @@
 """What GradMA costs: a round relative to FedAvg's, the QPs' share of it, and the server QP at scale.
 
-    python scripts/bench_gradma.py [--rounds 6] [--reps 3] [--out bench_gradma.json]
+    python scripts/bench_gradma.py [--rounds 6] [--reps 3] [--out bench_gradma.json] [--quick]
 
-1. Rounds/s on the default experiment (FashionMNIST, cnn_fmnist, S = 10, I = 5, batch 16) for FedAvg, GradMA-W,
+1. Seconds a round on the default experiment (FashionMNIST, cnn_fmnist, S = 10, I = 5, batch 16) for FedAvg, GradMA-W,
    GradMA, and GradMA with both QPs replaced by the identity (the same three gradients per step): GradMA / FedAvg
-   is the price of the extra gradients, GradMA / no-QP - 1 the QPs' overhead. Medians over ``--reps`` repetitions
-   of ``--rounds`` rounds after one warm-up round, all in this process.
+   is the price of the extra gradients, GradMA / no-QP - 1 the QPs' overhead. Medians over ``--reps`` runs of
+   ``scripts/bench.py``'s measurement (``--rounds`` rounds after one warm-up round, one thread), in this process.
 2. The server QP with m = 100 memory entries on the 941,834-parameter GradMA CNN (S = 10 rows change per round),
    flat and per layer, against one GradMA local step of that model (3 gradients, batch 64) measured here.
 """
@@ -16,7 +16,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,14 +24,15 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from fedbench import qp  # noqa: E402
 from fedbench.algorithms import ALGORITHMS, AlgoContext, RoundContext  # noqa: E402
 from fedbench.algorithms import gradma as gradma_module  # noqa: E402
+from bench import measure  # noqa: E402
 from fedbench.cli import _compose  # noqa: E402
 from fedbench.config import register_configs  # noqa: E402
 from fedbench.engine.local import LocalModule  # noqa: E402
-from fedbench.engine.simulation import Simulation  # noqa: E402
 from fedbench.engine.step import LocalRun  # noqa: E402
 from fedbench.engine.runners import ThinRunner  # noqa: E402
 from fedbench.models import build_model  # noqa: E402
@@ -42,19 +42,9 @@ from fedbench.rng import torch_rng  # noqa: E402
 
 
 def seconds_per_round(overrides: list[str], rounds: int, reps: int) -> float:
-    cfg = _compose(["logger=none", "engine.num_threads=1", *overrides])
-    times = []
-    with tempfile.TemporaryDirectory() as tmp:
-        sim = Simulation(cfg, Path(tmp) / "run", ROOT / "data")
-        sim.round(0)
-        t = 1
-        for _ in range(reps):
-            start = time.perf_counter()
-            for _ in range(rounds):
-                sim.round(t)
-                t += 1
-            times.append((time.perf_counter() - start) / rounds)
-    return statistics.median(times)
+    """Median over ``reps`` of ``scripts/bench.py``'s measurement (evaluation excluded, one warm-up round)."""
+    runs = [measure(["engine.num_threads=1", *overrides], rounds, warmup=1) for _ in range(reps)]
+    return statistics.median(r["seconds"] / r["rounds"] for r in runs)
 
 
 def without_qp(overrides, rounds, reps):
@@ -69,35 +59,35 @@ def without_qp(overrides, rounds, reps):
         qp.project, gradma_module.GradMA._corrected = project, corrected
 
 
-def server_qp_scale(reps: int) -> dict:
-    cfg = _compose(["logger=none", "model=gradma_cnn"])
-    model = build_model(cfg.model, (3, 32, 32), 10, torch_rng(0, "init"))
-    module = LocalModule(model, lr=0.01)
-    d, sizes = module.flat.dim, module.flat.sizes
+def server_qp_scale(model: list[str], shape: tuple, memory: int, reps: int) -> dict:
+    cfg = _compose(["logger=none", *model])
+    module = LocalModule(build_model(cfg.model, shape, 10, torch_rng(0, "init")), lr=0.01)
+    d, sizes, S = module.flat.dim, module.flat.sizes, memory // 10
     gen = torch.Generator().manual_seed(0)
-    out = {"parameters": d, "memory": 100, "changed_rows": 10}
+    out = {"parameters": d, "memory": memory, "changed_rows": S}
     for mode in ("flat", "layer"):
         cls = ALGORITHMS.get_class("gradma_s")
-        algo = cls(cls.Config(qp_mode=mode, memory_size=100),
-                   AlgoContext(d, 100, np.ones(100), torch.device("cpu"), 0, param_sizes=sizes))
+        algo = cls(cls.Config(qp_mode=mode, memory_size=memory),
+                   AlgoContext(d, memory, np.ones(memory), torch.device("cpu"), 0, param_sizes=sizes))
         x = torch.zeros(d)
         times = []
         for t in range(10 + reps):
-            ids = np.arange(10 * t, 10 * t + 10) % 100
-            part = RoundParticipation(t, np.ones(100, bool), ids, np.ones(10, bool), np.full(10, 5), np.full(100, .1))
+            ids = np.arange(S * t, S * t + S) % memory
+            part = RoundParticipation(t, np.ones(memory, bool), ids, np.ones(S, bool), np.full(S, 5),
+                                      np.full(memory, S / memory))
             rc = RoundContext(t, 0.01, part)
             algo.begin_round(rc, x)
             for i in ids.tolist():  # deltas with a shared drift and client-specific directions
                 delta = 1e-3 * (torch.randn(d, generator=gen) - 0.3)
-                algo.accumulate(rc, i, ClientUpdate(delta, 1, 5, 0.0), 0.1)
+                algo.accumulate(rc, i, ClientUpdate(delta, 1, 5, 0.0), 1 / S)
             start = time.perf_counter()
             algo.server_update(rc, x)
-            if t >= 10:  # memory full: 100 entries
+            if t >= 10:  # memory full
                 times.append(time.perf_counter() - start)
         out[f"server_update_{mode}_s"] = statistics.median(times)
         out[f"active_{mode}"] = algo.round_stats(rc)["qp_server_active"]
     runner = ThinRunner(module)
-    batch = [(torch.randn(64, 3, 32, 32, generator=gen), torch.randint(0, 10, (64,), generator=gen))] * 5
+    batch = [(torch.randn(64, *shape, generator=gen), torch.randint(0, 10, (64,), generator=gen))] * 5
     step_times = {}
     for name, hook in (("sgd", None), ("gradma", gradma_module.WorkerQP(module.flat.params.clone(), None, 0.0, False,
                                                                         gradma_module.QPStats()))):
@@ -116,17 +106,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default="bench_gradma.json")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (digits, a small MLP): checks the script runs")
     args = ap.parse_args()
     torch.set_num_threads(1)
     register_configs()
-    base = ["partition.alpha=0.3"]
+    tiny = ["model=mlp", "model.hidden=[16]"]
+    base = ["dataset=digits", "partition=iid", "partition.num_clients=20", *tiny] if args.quick else []
     rows = {name: seconds_per_round([*base, f"algo={algo}"], args.rounds, args.reps)
             for name, algo in (("fedavg", "fedavg"), ("gradma_w", "gradma_w"), ("gradma", "gradma"))}
     rows["gradma_no_qp"] = without_qp([*base, "algo=gradma"], args.rounds, args.reps)
     result = {"seconds_per_round": rows,
               "gradma_over_fedavg": rows["gradma"] / rows["fedavg"],
               "qp_overhead": rows["gradma"] / rows["gradma_no_qp"] - 1,
-              "server_qp": server_qp_scale(args.reps)}
+              "server_qp": server_qp_scale(tiny, (1, 8, 8), 10, args.reps) if args.quick else
+              server_qp_scale(["model=gradma_cnn"], (3, 32, 32), 100, args.reps)}
     print(json.dumps(result, indent=2))
     Path(args.out).write_text(json.dumps(result, indent=2))
 

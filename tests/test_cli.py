@@ -83,7 +83,8 @@ def test_sweep_group_ignores_seed():
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["algo=nope"], "Unknown option 'nope' for config group 'algo'. Allowed: amplified_fedavg, fedavg, fedavgm, feddyn, fedmlb"),
+    (["algo=nope"], "Unknown option 'nope' for config group 'algo'. Allowed: amplified_fedavg, fedavg, fedavgm, "
+                    "feddyn, fedmlb"),
     (["algo.server_lrr=2"], "Unknown key 'server_lrr' in 'algo'"),
     (["-m", "algo=fedavg,nope"], "Unknown option 'nope'"),
     (["algo.weighting=foo"], "Allowed: uniform, samples"),

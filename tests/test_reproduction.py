@@ -30,3 +30,18 @@ def test_mifa_and_mimic_beat_fedavg_under_heterogeneous_availability(tmp_path):
         mean[name] = np.mean([final_accuracy(overrides, seed, tmp_path) for seed in (0, 1, 2)])
     assert mean["mifa"] > mean["fedavg"] + 0.01, mean
     assert mean["mimic"] > mean["fedavg"] + 0.01, mean
+
+
+@pytest.mark.slow
+def test_gradma_benchmark_script_runs(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "bench.json"
+    subprocess.run([sys.executable, str(root / "scripts" / "bench_gradma.py"), "--quick", "--rounds", "1", "--reps", "1",
+                    "--out", str(out)], check=True, cwd=root, capture_output=True)
+    result = json.loads(out.read_text())
+    assert result["seconds_per_round"]["gradma"] > 0 and result["server_qp"]["memory"] == 10

@@ -42,7 +42,7 @@ class QPMode(Enum):
 
 
 class PrevAnchor(Enum):
-    last_local = "last_local"  # x_{-1} = the client's final local model of its last participation (paper, GradMA-W code)
+    last_local = "last_local"  # x_{-1} = the client's last local model of its previous round (paper, GradMA-W code)
     global_model = "global_model"  # x_{-1} = x_t: no correction at tau = 0 (official full-GradMA script)
 
 
