@@ -102,3 +102,15 @@ def test_bad_input_one_paragraph_no_traceback(tmp_path, args, expected):
     assert "Traceback" not in out
     message = [line for line in proc.stderr.splitlines() if line.startswith("fedbench: error:")]
     assert len(message) == 1 and "Fix:" in message[0], out
+
+
+def test_multirun_over_the_gradma_table_algorithms(tmp_path):
+    algos = "gradma,moon,feddyn,mimelite,fedmlb"
+    run(["-m", *TINY, "model=mlp", "model.hidden=[8]", "rounds=2", "eval_every=2", "logger=csv", f"algo={algos}",
+         f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    jobs = {json.loads(p.read_text())["algorithm"]: p.parent for p in (tmp_path / "sweep").glob("*/summary.json")}
+    assert set(jobs) == set(algos.split(","))
+    rounds = list(csv.DictReader(open(jobs["gradma"] / "rounds.csv")))
+    assert {"grad_evals", "qp_worker_active", "qp_server_correction", "memory_entries"} <= set(rounds[0])
+    moon = next(csv.DictReader(open(jobs["moon"] / "rounds.csv")))
+    assert int(rounds[0]["grad_evals"]) > 2 * int(moon["grad_evals"])  # three gradients a step against one
