@@ -83,6 +83,8 @@ def solve(G: torch.Tensor, c: torch.Tensor, pp: torch.Tensor, rho: float = 0.0) 
     """Multipliers of the projection from Gram quantities: G (B,k,k) = M^T M, c (B,k) = M^T p, pp (B,) = ||p||^2.
     Solved on the CPU in float64 after normalising every column and p to unit length."""
     G, c, pp = (t.detach().to("cpu", torch.float64) for t in (G, c, pp))
+    if rho == 0 and bool((c >= 0).all()):  # no violated constraint: z = 0 satisfies the KKT conditions
+        return Projection(torch.zeros_like(c), torch.ones(c.shape[0], dtype=torch.bool))
     norms = torch.diagonal(G, dim1=1, dim2=2).clamp_min(0).sqrt()
     pn = pp.clamp_min(0).sqrt()
     usable = (norms > 1e-150) & torch.isfinite(norms) & (pn > 1e-150).unsqueeze(1)
