@@ -77,7 +77,7 @@ class FakeStep:
     """The StepContext surface WorkerQP uses, with given gradients."""
 
     def __init__(self, g, at, start, params):
-        self.g, self.at, self.start, self.params = g, at, start, params
+        self.g, self.at, self.start, self.params, self.step = g, at, start, params, 1
 
     def grad(self):
         return self.g.clone()
@@ -125,8 +125,8 @@ def test_gradma_counts_three_gradients_per_step(tiny_cfg, tmp_path):
     cfg = tiny_cfg("algo=gradma", "algo.prev_anchor=global_model", "client.local_steps=3", "client.batch_size=8")
     sim = make_sim(cfg, tmp_path)
     stats = sim.round(0)
-    # S = 4 clients x 3 steps x 8 samples; step 0 has x_{-1} = x_t (two distinct gradients), steps 1-2 three
-    assert stats["grad_evals"] == 4 * 8 * (2 + 3 + 3)
+    # S = 4 clients x 3 steps x 8 samples; steps 0 and 1 have x_{-1} = x_t (two distinct gradients), step 2 three
+    assert stats["grad_evals"] == 4 * 8 * (2 + 2 + 3)
     assert stats["memory_entries"] == 4 and stats["qp_worker_fallbacks"] == 0
 
 

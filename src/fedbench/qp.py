@@ -34,48 +34,51 @@ class Projection:
         return (self.z > 0).sum(1)
 
 
+def _solve_passive(Q: torch.Tensor, q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """argmin over the columns in ``mask`` of 1/2 z^T Q z + q^T z with the others fixed at 0 (LU; least squares
+    where the passive system is singular)."""
+    eye = torch.eye(Q.shape[-1], dtype=Q.dtype).expand_as(Q)
+    A = torch.where(mask.unsqueeze(2) & mask.unsqueeze(1), Q, eye)
+    b = torch.where(mask, -q, torch.zeros_like(q)).unsqueeze(2)
+    s, info = torch.linalg.solve_ex(A, b)
+    singular = (info != 0) | ~torch.isfinite(s).all(dim=(1, 2))
+    if bool(singular.any()):
+        s[singular] = torch.linalg.lstsq(A[singular], b[singular]).solution
+    return torch.where(mask, s.squeeze(2), torch.zeros_like(q))
+
+
 def nnls_gram(Q: torch.Tensor, q: torch.Tensor, usable: torch.Tensor, tol: float = TOL):
     """min_{z >= 0} 1/2 z^T Q z + q^T z for a batch (Q: (B,k,k) PSD, q: (B,k)), columns with ``usable`` False
     fixed at 0. Lawson-Hanson: add the column with the largest positive KKT residual -(Qz + q)_j to the passive set,
     solve the equality-constrained problem on it, and step back to feasibility when a multiplier turns negative.
-    Returns (z, converged)."""
+    Each iteration works on the problems not yet converged only. Returns (z, converged)."""
     B, k = q.shape
     z = torch.zeros_like(q)
     passive = torch.zeros(B, k, dtype=torch.bool)
-    eye = torch.eye(k, dtype=Q.dtype).expand(B, k, k)
-    rows = torch.arange(B)
     converged = torch.zeros(B, dtype=torch.bool)
-
-    def solve_on(mask):
-        both = mask.unsqueeze(2) & mask.unsqueeze(1)
-        A = torch.where(both, Q, eye)
-        b = torch.where(mask, -q, torch.zeros_like(q))
-        s = torch.linalg.lstsq(A, b.unsqueeze(2)).solution.squeeze(2)
-        return torch.where(mask, s, torch.zeros_like(s))
-
     for _ in range(3 * k + 10):
         w = -(Q @ z.unsqueeze(2)).squeeze(2) - q
         candidates = usable & ~passive & (w > tol)
         converged = ~candidates.any(1)
         if bool(converged.all()):
             break
-        todo = ~converged
-        j = torch.where(candidates, w, torch.full_like(w, -torch.inf)).argmax(1)
-        passive[rows[todo], j[todo]] = True
-        for _ in range(k + 1):  # inner loop: keep the passive solution feasible
-            s = solve_on(passive)
-            bad = todo.unsqueeze(1) & passive & (s <= 0)
-            if not bool(bad.any()):
-                z = torch.where(todo.unsqueeze(1), s, z)
-                break
+        rows = (~converged).nonzero().flatten()
+        j = torch.where(candidates[rows], w[rows], torch.full_like(w[rows], -torch.inf)).argmax(1)
+        passive[rows, j] = True
+        for _ in range(k + 1):  # inner loop: keep the passive solution feasible (rows still moving)
+            zr, pr = z[rows], passive[rows]
+            s = _solve_passive(Q[rows], q[rows], pr)
+            bad = pr & (s <= 0)
             stepping = bad.any(1)
-            ratio = torch.where(bad, z / (z - s).clamp_min(1e-300), torch.full_like(z, torch.inf))
+            ratio = torch.where(bad, zr / (zr - s).clamp_min(1e-300), torch.full_like(zr, torch.inf))
             alpha = ratio.min(1).values.clamp(0, 1).unsqueeze(1)
-            moved = z + alpha * (s - z)
-            z = torch.where(stepping.unsqueeze(1), moved, torch.where(todo.unsqueeze(1), s, z))
-            passive &= ~(stepping.unsqueeze(1) & (z <= 1e-15))
-            z = torch.where(passive, z, torch.zeros_like(z))
-            todo = todo & stepping
+            zr = torch.where(stepping.unsqueeze(1), zr + alpha * (s - zr), s)
+            pr &= ~(stepping.unsqueeze(1) & (zr <= 1e-15))
+            z[rows] = torch.where(pr, zr, torch.zeros_like(zr))
+            passive[rows] = pr
+            rows = rows[stepping]
+            if rows.numel() == 0:
+                break
     return z.clamp_min(0), converged
 
 

@@ -3,7 +3,8 @@ accumulated client updates (GradMA note §1; sign convention here: deltas y - x,
 
 Worker (Alg. 2, Eq. 5), each local step tau on the step's minibatch xi:
     g~ = QP_l(g, [grad F(x_{tau-1}; xi), grad F(x_t; xi), x_tau - x_t]),   x_{tau+1} = x_tau - eta_l g~,
-three gradient evaluations per step (two when x_{tau-1} = x_t), all counted. x_{-1} is the client's last local
+three gradient evaluations per step, two when x_{tau-1} = x_t (always at tau = 1, and at tau = 0 for a client
+without a last local model or with ``prev_anchor=global_model``), all counted. x_{-1} is the client's last local
 model (``prev_anchor=last_local``, paper; the current global model if it never trained) or x_t (``global_model``, the
 official GradMA script).
 Server (Alg. 3, Eqs. 6-8):  m = beta1 m~ + d,  D[i] <- d_i (new entry) | beta2 D[i] + d_i (participant) |
@@ -33,7 +34,7 @@ from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 from fedbench.errors import require
 from fedbench.records import StepHook
 
-ROW_BLOCK = 16  # memory rows stacked at a time for the server's inner products (16 x d floats)
+CHUNK = 1 << 15  # entries per row in one block of the server's inner products
 
 
 class QPMode(Enum):
@@ -87,7 +88,7 @@ class WorkerQP(StepHook):
         g_new, proj = qp.project(g, torch.stack([at_prev, at_start, current - ctx.start]), self.sizes, self.rho)
         self.stats.add(g, g_new, proj)
         ctx.set_grad(g_new)
-        self.prev = current
+        self.prev = ctx.start if ctx.step == 0 else current  # x_0 = x_t: step 1 reuses the gradient at x_t
 
 
 @ALGORITHMS.register("gradma")
@@ -207,16 +208,14 @@ class GradMA(Algorithm):
 
     def _products(self, slots: list[int], targets: torch.Tensor) -> torch.Tensor:
         """(B, len(slots), r) inner products, per segment, of the memory rows of ``slots`` with the rows of
-        ``targets`` (r, d): one pass over the memory in blocks of rows, each a float32 matrix product (the vectors
-        are float32; BLAS accumulates blockwise) returned in float64 for the solve."""
+        ``targets`` (r, d): one pass over the memory in column chunks, each a float32 matrix product of at most
+        ``CHUNK`` entries per row (every row is read once), accumulated in float64."""
         out = torch.zeros(len(self.bounds), len(slots), targets.shape[0], dtype=torch.float64)
-        segments = [targets[:, lo:hi].T.contiguous() for lo, hi in self.bounds]
-        buffer = torch.empty(min(ROW_BLOCK, len(slots)), targets.shape[1], device=targets.device)
-        for a in range(0, len(slots), ROW_BLOCK):
-            chunk = slots[a: a + ROW_BLOCK]
-            block = torch.stack([self.rows.get(int(self.slot_client[s])) for s in chunk], out=buffer[:len(chunk)])
-            for b, ((lo, hi), seg) in enumerate(zip(self.bounds, segments)):
-                out[b, a: a + len(block)] = (block[:, lo:hi] @ seg).double().cpu()
+        rows = [self.rows.get(int(self.slot_client[s])) for s in slots]
+        for b, (lo, hi) in enumerate(self.bounds):
+            for a in range(lo, hi, CHUNK):
+                block = torch.stack([r[a: min(a + CHUNK, hi)] for r in rows])
+                out[b] += (block @ targets[:, a: min(a + CHUNK, hi)].T).double().cpu()
         return out
 
     def _corrected(self, rc, mom: torch.Tensor) -> torch.Tensor:

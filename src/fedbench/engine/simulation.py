@@ -12,7 +12,6 @@ import torch
 from omegaconf import DictConfig
 
 from fedbench.algorithms import ALGORITHMS, AlgoContext
-from fedbench.records import RoundContext
 from fedbench.data import FederatedData, build_federated
 from fedbench.engine.client_state import ClientStateStore
 from fedbench.engine.evaluation import evaluate
@@ -25,6 +24,7 @@ from fedbench.logging import RunLogger
 from fedbench.logging.plots import heatmap
 from fedbench.models import build_model
 from fedbench.participation import LayerContext, ParticipationProcess
+from fedbench.records import RoundContext
 from fedbench.rng import torch_rng
 
 
