@@ -95,3 +95,20 @@ def test_per_layer_batched_equals_layers_one_by_one():
         a += n
     torch.testing.assert_close(batched, torch.cat(parts), rtol=0, atol=1e-6)
     assert not torch.allclose(batched, qp.project(p, M)[0])  # per layer differs from one whole-vector QP
+
+
+def test_rounding_level_gram_noise_does_not_make_the_active_set_cycle():
+    """A Gram matrix computed in float32 is inconsistent at ~1e-7; with a tighter tolerance Lawson-Hanson can re-add
+    a column it just dropped forever. The solver must still converge, to a point that is KKT at that noise level."""
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(40):
+        M = torch.randn(30, 200, generator=gen, dtype=torch.float64)
+        M[10:] = M[:20] + 1e-4 * torch.randn(20, 200, generator=gen, dtype=torch.float64)  # near-parallel columns
+        p = -M[:15].sum(0) + 0.5 * torch.randn(200, generator=gen, dtype=torch.float64)
+        G = qp.gram(torch.cat([M, p.unsqueeze(0)]), [(0, 200)])
+        noise = 1e-7 * torch.randn(G.shape, generator=gen, dtype=torch.float64) * G.abs()
+        G = G + (noise + noise.transpose(1, 2)) / 2
+        proj = qp.solve(G[:, :30, :30], G[:, :30, 30], G[:, 30, 30], tol=1e-12)
+        assert bool(proj.converged.all())
+        feas, _ = kkt_residuals(p, M, p + proj.z[0] @ M, proj.z[0])
+        assert feas < 1e-4

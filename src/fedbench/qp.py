@@ -51,20 +51,24 @@ def nnls_gram(Q: torch.Tensor, q: torch.Tensor, usable: torch.Tensor, tol: float
     """min_{z >= 0} 1/2 z^T Q z + q^T z for a batch (Q: (B,k,k) PSD, q: (B,k)), columns with ``usable`` False
     fixed at 0. Lawson-Hanson: add the column with the largest positive KKT residual -(Qz + q)_j to the passive set,
     solve the equality-constrained problem on it, and step back to feasibility when a multiplier turns negative.
-    Each iteration works on the problems not yet converged only. Returns (z, converged)."""
+    Each iteration works on the problems not yet converged only. A column that the inner loop drops at once
+    without moving z (possible only at rounding level: its residual exceeds ``tol`` but it cannot enter) is not
+    tried again, which prevents the method's degenerate cycle. Returns (z, converged)."""
     B, k = q.shape
     z = torch.zeros_like(q)
     passive = torch.zeros(B, k, dtype=torch.bool)
+    blocked = torch.zeros(B, k, dtype=torch.bool)
     converged = torch.zeros(B, dtype=torch.bool)
     for _ in range(3 * k + 10):
         w = -(Q @ z.unsqueeze(2)).squeeze(2) - q
-        candidates = usable & ~passive & (w > tol)
+        candidates = usable & ~passive & ~blocked & (w > tol)
         converged = ~candidates.any(1)
         if bool(converged.all()):
             break
         rows = (~converged).nonzero().flatten()
         j = torch.where(candidates[rows], w[rows], torch.full_like(w[rows], -torch.inf)).argmax(1)
         passive[rows, j] = True
+        entering, before = rows.clone(), z[rows].clone()
         for _ in range(k + 1):  # inner loop: keep the passive solution feasible (rows still moving)
             zr, pr = z[rows], passive[rows]
             s = _solve_passive(Q[rows], q[rows], pr)
@@ -79,12 +83,15 @@ def nnls_gram(Q: torch.Tensor, q: torch.Tensor, usable: torch.Tensor, tol: float
             rows = rows[stepping]
             if rows.numel() == 0:
                 break
+        stuck = ~passive[entering, j] & (z[entering] == before).all(1)
+        blocked[entering[stuck], j[stuck]] = True
     return z.clamp_min(0), converged
 
 
-def solve(G: torch.Tensor, c: torch.Tensor, pp: torch.Tensor, rho: float = 0.0) -> Projection:
+def solve(G: torch.Tensor, c: torch.Tensor, pp: torch.Tensor, rho: float = 0.0, tol: float = TOL) -> Projection:
     """Multipliers of the projection from Gram quantities: G (B,k,k) = M^T M, c (B,k) = M^T p, pp (B,) = ||p||^2.
-    Solved on the CPU in float64 after normalising every column and p to unit length."""
+    Solved on the CPU in float64 after normalising every column and p to unit length; ``tol`` is the KKT tolerance
+    on that normalised problem (match it to the precision the Gram quantities were computed in)."""
     G, c, pp = (t.detach().to("cpu", torch.float64) for t in (G, c, pp))
     if rho == 0 and bool((c >= 0).all()):  # no violated constraint: z = 0 satisfies the KKT conditions
         return Projection(torch.zeros_like(c), torch.ones(c.shape[0], dtype=torch.bool))
@@ -95,7 +102,7 @@ def solve(G: torch.Tensor, c: torch.Tensor, pp: torch.Tensor, rho: float = 0.0) 
     Q = G / (safe.unsqueeze(2) * safe.unsqueeze(1))
     q = c / (safe * torch.where(pn > 0, pn, torch.ones_like(pn)).unsqueeze(1)) - rho
     q = torch.where(usable, q, torch.ones_like(q))
-    zn, ok = nnls_gram(Q, q, usable)
+    zn, ok = nnls_gram(Q, q, usable, tol)
     finite = torch.isfinite(zn).all(1)
     z = torch.where(usable, zn * pn.unsqueeze(1) / safe, torch.zeros_like(zn))
     return Projection(torch.where(finite.unsqueeze(1), z, torch.zeros_like(z)), ok & finite)

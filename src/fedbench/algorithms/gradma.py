@@ -35,6 +35,7 @@ from fedbench.errors import require
 from fedbench.records import StepHook
 
 CHUNK = 1 << 15  # entries per row in one block of the server's inner products
+GRAM_TOL = 1e-6  # KKT tolerance of the server QP, whose Gram entries come from float32 products
 
 
 class QPMode(Enum):
@@ -237,7 +238,7 @@ class GradMA(Algorithm):
             self.gram[:, cidx[:, None], idx] = products[:, :, :-1].transpose(1, 2)
         mom64 = mom.double()
         pp = torch.stack([mom64[lo:hi] @ mom64[lo:hi] for lo, hi in self.bounds]).cpu()
-        proj = qp.solve(self.gram[:, idx][:, :, idx], products[:, :, -1], pp, self.cfg.rho_g)
+        proj = qp.solve(self.gram[:, idx][:, :, idx], products[:, :, -1], pp, self.cfg.rho_g, GRAM_TOL)
         z = torch.where(proj.converged.unsqueeze(1), proj.z, torch.zeros_like(proj.z))
         out = mom.clone()
         for j in (z > 0).any(0).nonzero().flatten().tolist():
