@@ -20,6 +20,7 @@ from fedbench.rng import torch_rng
 from helpers import make_sim, trained_sim
 
 MLP = ("model=mlp", "model.hidden=[12,8]")
+NON_IID = ("partition=dirichlet", "partition.alpha=0.1", "partition.min_samples=5")
 
 
 def final(cfg, tmp_path, name):
@@ -56,9 +57,6 @@ def test_reductions(tiny_cfg, tmp_path, reference, algo):
     base = final(tiny_cfg(*MLP, *reference, "rounds=2"), tmp_path, "ref")
     other = final(tiny_cfg(*MLP, *algo, "rounds=2"), tmp_path, "other")
     torch.testing.assert_close(other, base, rtol=0, atol=1e-6)
-
-
-NON_IID = ("partition=dirichlet", "partition.alpha=0.1", "partition.min_samples=5")
 
 
 @pytest.mark.parametrize("algo", [("algo=gradma",), ("algo=gradma_w",), ("algo=gradma_s", "algo.beta1=0.5"),
@@ -119,6 +117,21 @@ def test_gradma_memory_never_exceeds_m_and_evicts_least_frequent_absent_first():
     # with S > m some clients cannot be memorised, and the sampled ones are never evicted
     algo.memory_reduction(np.array([1, 3, 5, 0]))
     assert len(memory()) == 3 and set(memory()) <= {1, 3, 5, 0}
+
+
+def test_gradma_state_lives_in_the_store_memmap_gives_the_same_run_and_state_round_trips(tiny_cfg, tmp_path):
+    args = (*MLP, *NON_IID, "algo=gradma", "algo.memory_size=5", "algo.qp_mode=layer", "rounds=3")
+    mem = trained_sim(tiny_cfg(*args), tmp_path / "mem")
+    disk = trained_sim(tiny_cfg(*args, "engine.client_state=memmap", f"engine.client_state_dir={tmp_path / 'cs'}"),
+                       tmp_path / "disk")
+    assert torch.equal(mem.x, disk.x)
+    assert (tmp_path / "cs" / "gradma.memory.f32").is_file() and (tmp_path / "cs" / "gradma.last_local.f32").is_file()
+    state = mem.algo.state_dict()
+    assert {"momentum", "gram", "slot_client", "clients/memory/rows", "clients/last_local/rows"} <= set(state)
+    fresh = make_sim(tiny_cfg(*args), tmp_path / "fresh").algo
+    fresh.load_state_dict(state)
+    for key, value in fresh.state_dict().items():
+        assert torch.equal(value, state[key]), key
 
 
 def test_gradma_counts_three_gradients_per_step(tiny_cfg, tmp_path):
