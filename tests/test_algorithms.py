@@ -297,6 +297,20 @@ def test_store_rows_and_checkpoint_roundtrip(tmp_path):
         assert torch.equal(t.get(2), torch.tensor([1.0, 2.0, 3.0]))
 
 
+def test_dense_tables_give_the_matrix_without_copies(tmp_path):
+    for backend in ("memory", "memmap"):
+        store = ClientStateStore(50, torch.device("cpu"), backend, tmp_path / backend)
+        t = store.table("algo/slots", 3, rows=4, dense=True)
+        t.set(2, torch.tensor([1.0, 2.0, 3.0]))
+        m = t.matrix()
+        assert m.shape == (4, 3) and torch.equal(m[2], torch.tensor([1.0, 2.0, 3.0]))
+        t.set(1, torch.ones(3))
+        assert torch.equal(m[1], torch.ones(3))  # a view of the table, not a copy
+        t.discard(2)
+        assert torch.equal(t.get(2), torch.zeros(3)) and torch.equal(m[2], torch.zeros(3)) and 2 not in t
+        assert store.report()["bytes"] == (4 * 3 * 4 if backend == "memory" else 3 * 4)
+
+
 def test_algorithm_state_dict_includes_client_tables():
     cls = ALGORITHMS.get_class("scaffold")
     algo = cls(cls.Config(), AlgoContext(4, 3, np.ones(3), torch.device("cpu"), 0))

@@ -95,10 +95,11 @@ class Algorithm:
         self._state[name] = tensor
         return tensor
 
-    def declare_table(self, name: str, dim: Optional[int] = None) -> ClientTable:
-        """Register a per-client (N, dim) table in the client-state store (rows read as 0 until written); the store
-        refuses a name declared twice."""
-        self._tables[name] = self.ctx.store.table(f"{self.cfg.name}/{name}", dim or self.ctx.dim)
+    def declare_table(self, name: str, dim: Optional[int] = None, rows: Optional[int] = None,
+                      dense: bool = False) -> ClientTable:
+        """Register a (rows, dim) table in the client-state store (rows read as 0 until written; ``rows`` defaults
+        to the N clients, ``dense`` allocates it as one matrix); the store refuses a name declared twice."""
+        self._tables[name] = self.ctx.store.table(f"{self.cfg.name}/{name}", dim or self.ctx.dim, rows, dense)
         return self._tables[name]
 
     def state_dict(self) -> Dict[str, torch.Tensor]:

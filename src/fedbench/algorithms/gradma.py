@@ -14,7 +14,8 @@ with the fewest participations since it entered (ties: the earliest inserted). m
 QP(p, M) = argmin ||v - p|| s.t. <v, M_j> >= rho ||p|| ||M_j|| (``fedbench.qp``): one problem over the whole model
 (``qp_mode=flat``, paper) or one per parameter tensor (``layer``, the official code).
 
-D is stored through the client-state store, one row per buffered client, as R_i with D[i] = s_i R_i: decaying an
+D is stored through the client-state store as a dense (m, d) table, one row per memory slot, holding R_i with
+D[i] = s_i R_i for the slot's client: decaying an
 absent entry multiplies the scalar s_i only, and since the QP's constraints are homogeneous the solution depends on
 the directions R_i alone (an entry with s_i = 0, e.g. beta2 = 0, is no constraint). The Gram matrix of the R_i is
 kept per segment and updated only for the rows that changed: O(S m d) per round instead of O(m^2 d).
@@ -122,7 +123,7 @@ class GradMA(Algorithm):
         if cfg.server_qp:
             self.momentum = self.declare("momentum", torch.zeros(ctx.dim, device=dev))
         if self.m:
-            self.rows = self.declare_table("memory")
+            self.rows = self.declare_table("memory", rows=self.m, dense=True)
             B = len(self.bounds)
             self.slot_client = self.declare("slot_client", torch.full((self.m,), -1, dtype=torch.int64))
             self.slot_time = self.declare("slot_time", torch.zeros(self.m, dtype=torch.int64))
@@ -140,9 +141,8 @@ class GradMA(Algorithm):
         return int(hit[0]) if hit.numel() else -1
 
     def _evict(self, slot: int) -> None:
-        client = int(self.slot_client[slot])
-        self.rows.discard(client)
-        self.count[client] = 0
+        self.rows.discard(slot)
+        self.count[int(self.slot_client[slot])] = 0
         self.slot_client[slot] = -1
         self.slot_scale[slot] = 0
         self.gram[:, slot, :] = 0
@@ -198,26 +198,26 @@ class GradMA(Algorithm):
         if slot < 0:
             return
         if client in rc.scratch.touched:  # a second entry of the same client this round
-            row = self.rows.get(client) + update.delta
+            row = self.rows.get(slot) + update.delta
         elif client in rc.scratch.new:  # Eq. 7: D[i] <- d_i
             row = update.delta
         else:  # Eq. 7: D[i] <- beta2 D[i] + d_i
-            row = self.rows.get(client) * float(self.cfg.beta2 * self.slot_scale[slot]) + update.delta
-        self.rows.set(client, row)
+            row = self.rows.get(slot) * float(self.cfg.beta2 * self.slot_scale[slot]) + update.delta
+        self.rows.set(slot, row)
         self.slot_scale[slot] = 1.0
         rc.scratch.touched.add(client)
 
     def _products(self, slots: list[int], targets: torch.Tensor) -> torch.Tensor:
         """(B, len(slots), r) inner products, per segment, of the memory rows of ``slots`` with the rows of
-        ``targets`` (r, d): one pass over the memory in column chunks, each a float32 matrix product of at most
-        ``CHUNK`` entries per row (every row is read once), accumulated in float64."""
-        out = torch.zeros(len(self.bounds), len(slots), targets.shape[0], dtype=torch.float64)
-        rows = [self.rows.get(int(self.slot_client[s])) for s in slots]
+        ``targets`` (r, d): one pass over the (m, d) memory matrix in column chunks, each a float32 matrix product
+        of at most ``CHUNK`` entries per row on views (no copies), accumulated in float64."""
+        memory = self.rows.matrix()
+        targets = targets.to(memory.device)
+        out = torch.zeros(len(self.bounds), self.m, targets.shape[0], dtype=torch.float64)
         for b, (lo, hi) in enumerate(self.bounds):
             for a in range(lo, hi, CHUNK):
-                block = torch.stack([r[a: min(a + CHUNK, hi)] for r in rows])
-                out[b] += (block @ targets[:, a: min(a + CHUNK, hi)].T).double().cpu()
-        return out
+                out[b] += (memory[:, a: min(a + CHUNK, hi)] @ targets[:, a: min(a + CHUNK, hi)].T).double().cpu()
+        return out[:, slots]
 
     def _corrected(self, rc, mom: torch.Tensor) -> torch.Tensor:
         """m~ = QP_g(m, D) (Eq. 8). The Gram entries of the rows written this round and M^T m come from one pass
@@ -229,8 +229,7 @@ class GradMA(Algorithm):
         if not slots:
             return mom
         changed = [s for s in slots if touched[s]]
-        rows_changed = [self.rows.get(int(self.slot_client[s])) for s in changed]
-        products = self._products(slots, torch.stack([*rows_changed, mom]))
+        products = self._products(slots, torch.stack([*(self.rows.get(s) for s in changed), mom]))
         idx = torch.tensor(slots)
         if changed:
             cidx = torch.tensor(changed)
@@ -242,7 +241,7 @@ class GradMA(Algorithm):
         z = torch.where(proj.converged.unsqueeze(1), proj.z, torch.zeros_like(proj.z))
         out = mom.clone()
         for j in (z > 0).any(0).nonzero().flatten().tolist():
-            row = self.rows.get(int(self.slot_client[slots[j]]))
+            row = self.rows.get(slots[j]).to(out.device)
             for b, (lo, hi) in enumerate(self.bounds):
                 if z[b, j] > 0:
                     out[lo:hi].add_(row[lo:hi], alpha=float(z[b, j]))
