@@ -4,7 +4,8 @@ Primal:  p~ = argmin_v 1/2 ||v - p||^2  s.t.  <v, M_j> >= rho ||p|| ||M_j||   (j
 Dual:    z* = argmin_{z >= 0} 1/2 z^T (M^T M) z + (M^T p - rho ||p|| diag(M^T M)^(1/2))^T z,   p~ = p + M z*.
 
 The dual is a non-negative least-squares problem on the k x k Gram matrix, solved by the Lawson-Hanson active-set
-method, batched over independent problems (one per layer in the per-layer mode). The constraints are homogeneous:
+method for each independent problem (one per layer in the per-layer mode, whose Gram matrices are computed as one
+batch). The constraints are homogeneous:
 scaling a column M_j, or p, by a positive factor leaves the constrained direction unchanged, so each column and p
 are normalised to unit length first. That makes the solve scale-free: vectors with norms of 1e-8 are solved as
 accurately as unit ones (cvxopt's absolute tolerances are what fail there in GradMA's code). Zero columns carry no
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 
 TOL = 1e-10  # on the normalised problem: a multiplier or KKT residual below this counts as zero
@@ -34,58 +36,47 @@ class Projection:
         return (self.z > 0).sum(1)
 
 
-def _solve_passive(Q: torch.Tensor, q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """argmin over the columns in ``mask`` of 1/2 z^T Q z + q^T z with the others fixed at 0 (LU; least squares
-    where the passive system is singular)."""
-    eye = torch.eye(Q.shape[-1], dtype=Q.dtype).expand_as(Q)
-    A = torch.where(mask.unsqueeze(2) & mask.unsqueeze(1), Q, eye)
-    b = torch.where(mask, -q, torch.zeros_like(q)).unsqueeze(2)
-    s, info = torch.linalg.solve_ex(A, b)
-    singular = (info != 0) | ~torch.isfinite(s).all(dim=(1, 2))
-    if bool(singular.any()):
-        s[singular] = torch.linalg.lstsq(A[singular], b[singular]).solution
-    return torch.where(mask, s.squeeze(2), torch.zeros_like(q))
+def _nnls_one(Q: np.ndarray, q: np.ndarray, usable: np.ndarray, tol: float) -> tuple[np.ndarray, bool]:
+    k = len(q)
+    z, passive, blocked = np.zeros(k), np.zeros(k, dtype=bool), np.zeros(k, dtype=bool)
+    for _ in range(3 * k + 10):
+        candidates = usable & ~passive & ~blocked & (-(Q @ z) - q > tol)
+        if not candidates.any():
+            return z, True
+        j = int(np.argmax(np.where(candidates, -(Q @ z) - q, -np.inf)))
+        passive[j] = True
+        before = z.copy()
+        for _ in range(k + 1):  # inner loop: keep the passive solution feasible
+            idx = np.flatnonzero(passive)
+            s = np.zeros(k)
+            try:
+                s[idx] = np.linalg.solve(Q[np.ix_(idx, idx)], -q[idx])
+            except np.linalg.LinAlgError:
+                s[idx] = np.linalg.lstsq(Q[np.ix_(idx, idx)], -q[idx], rcond=None)[0]
+            bad = passive & (s <= 0)
+            if not bad.any():
+                z = s
+                break
+            z = z + min(1.0, max(0.0, float(np.min(z[bad] / (z[bad] - s[bad]))))) * (s - z)
+            passive &= z > 1e-15
+            z[~passive] = 0.0
+        if not passive[j] and np.array_equal(z, before):
+            blocked[j] = True  # dropped at once without moving z: a rounding-level residual, never re-added
+    return z, not (usable & ~passive & ~blocked & (-(Q @ z) - q > tol)).any()
 
 
 def nnls_gram(Q: torch.Tensor, q: torch.Tensor, usable: torch.Tensor, tol: float = TOL):
-    """min_{z >= 0} 1/2 z^T Q z + q^T z for a batch (Q: (B,k,k) PSD, q: (B,k)), columns with ``usable`` False
-    fixed at 0. Lawson-Hanson: add the column with the largest positive KKT residual -(Qz + q)_j to the passive set,
-    solve the equality-constrained problem on it, and step back to feasibility when a multiplier turns negative.
-    Each iteration works on the problems not yet converged only. A column that the inner loop drops at once
-    without moving z (possible only at rounding level: its residual exceeds ``tol`` but it cannot enter) is not
-    tried again, which prevents the method's degenerate cycle. Returns (z, converged)."""
-    B, k = q.shape
-    z = torch.zeros_like(q)
-    passive = torch.zeros(B, k, dtype=torch.bool)
-    blocked = torch.zeros(B, k, dtype=torch.bool)
-    converged = torch.zeros(B, dtype=torch.bool)
-    for _ in range(3 * k + 10):
-        w = -(Q @ z.unsqueeze(2)).squeeze(2) - q
-        candidates = usable & ~passive & ~blocked & (w > tol)
-        converged = ~candidates.any(1)
-        if bool(converged.all()):
-            break
-        rows = (~converged).nonzero().flatten()
-        j = torch.where(candidates[rows], w[rows], torch.full_like(w[rows], -torch.inf)).argmax(1)
-        passive[rows, j] = True
-        entering, before = rows.clone(), z[rows].clone()
-        for _ in range(k + 1):  # inner loop: keep the passive solution feasible (rows still moving)
-            zr, pr = z[rows], passive[rows]
-            s = _solve_passive(Q[rows], q[rows], pr)
-            bad = pr & (s <= 0)
-            stepping = bad.any(1)
-            ratio = torch.where(bad, zr / (zr - s).clamp_min(1e-300), torch.full_like(zr, torch.inf))
-            alpha = ratio.min(1).values.clamp(0, 1).unsqueeze(1)
-            zr = torch.where(stepping.unsqueeze(1), zr + alpha * (s - zr), s)
-            pr &= ~(stepping.unsqueeze(1) & (zr <= 1e-15))
-            z[rows] = torch.where(pr, zr, torch.zeros_like(zr))
-            passive[rows] = pr
-            rows = rows[stepping]
-            if rows.numel() == 0:
-                break
-        stuck = ~passive[entering, j] & (z[entering] == before).all(1)
-        blocked[entering[stuck], j[stuck]] = True
-    return z.clamp_min(0), converged
+    """min_{z >= 0} 1/2 z^T Q z + q^T z for each problem of a batch (Q: (B,k,k) PSD, q: (B,k)), columns with
+    ``usable`` False fixed at 0. Lawson-Hanson: add the column with the largest positive KKT residual -(Qz + q)_j to
+    the passive set, solve the equality-constrained problem on it (LU; least squares if singular), and step back to
+    feasibility when a multiplier turns negative. A column that the inner loop drops at once without moving z
+    (possible only at rounding level: its residual exceeds ``tol`` but it cannot enter) is not tried again, which
+    prevents the method's degenerate cycle. The k x k problems are solved one by one in NumPy float64 (for k <= 100
+    several times faster than batched torch operations, whose per-call overhead dominates). Returns (z, converged)."""
+    Qn, qn, un = Q.numpy(), q.numpy(), usable.numpy()
+    out = [_nnls_one(Qn[b], qn[b], un[b], tol) for b in range(len(qn))]
+    z = torch.from_numpy(np.stack([o[0] for o in out])).clamp_min(0)
+    return z, torch.tensor([o[1] for o in out], dtype=torch.bool)
 
 
 def solve(G: torch.Tensor, c: torch.Tensor, pp: torch.Tensor, rho: float = 0.0, tol: float = TOL) -> Projection:
