@@ -112,3 +112,22 @@ def test_rounding_level_gram_noise_does_not_make_the_active_set_cycle():
         assert bool(proj.converged.all())
         feas, _ = kkt_residuals(p, M, p + proj.z[0] @ M, proj.z[0])
         assert feas < 1e-4
+
+
+def test_a_problem_that_does_not_converge_leaves_its_segment_uncorrected(monkeypatch):
+    """The fallback is the solver's own: every caller (GradMA's worker and server) gets p back for that segment."""
+    sizes = [3, 3]
+    M = torch.tensor([[0.0, 1.0, 0.0, 0.0, 1.0, 0.0]], dtype=torch.float64)
+    p = torch.tensor([1.0, -2.0, 0.5, 1.0, -2.0, 0.5], dtype=torch.float64)
+    exact, _ = qp.project(p, M, sizes)
+    real = qp.nnls_gram
+
+    def second_fails(Q, q, usable, tol=qp.TOL):
+        z, ok = real(Q, q, usable, tol)
+        return z, torch.tensor([True, False])
+
+    monkeypatch.setattr(qp, "nnls_gram", second_fails)
+    p_new, proj = qp.project(p, M, sizes)
+    assert proj.converged.tolist() == [True, False] and float(proj.z[1].abs().sum()) == 0
+    torch.testing.assert_close(p_new[:3], exact[:3])
+    assert torch.equal(p_new[3:], p[3:]) and not torch.equal(exact[3:], p[3:])

@@ -40,10 +40,11 @@ def _nnls_one(Q: np.ndarray, q: np.ndarray, usable: np.ndarray, tol: float) -> t
     k = len(q)
     z, passive, blocked = np.zeros(k), np.zeros(k, dtype=bool), np.zeros(k, dtype=bool)
     for _ in range(3 * k + 10):
-        candidates = usable & ~passive & ~blocked & (-(Q @ z) - q > tol)
+        w = -(Q @ z) - q
+        candidates = usable & ~passive & ~blocked & (w > tol)
         if not candidates.any():
             return z, True
-        j = int(np.argmax(np.where(candidates, -(Q @ z) - q, -np.inf)))
+        j = int(np.argmax(np.where(candidates, w, -np.inf)))
         passive[j] = True
         before = z.copy()
         for _ in range(k + 1):  # inner loop: keep the passive solution feasible
@@ -82,7 +83,8 @@ def nnls_gram(Q: torch.Tensor, q: torch.Tensor, usable: torch.Tensor, tol: float
 def solve(G: torch.Tensor, c: torch.Tensor, pp: torch.Tensor, rho: float = 0.0, tol: float = TOL) -> Projection:
     """Multipliers of the projection from Gram quantities: G (B,k,k) = M^T M, c (B,k) = M^T p, pp (B,) = ||p||^2.
     Solved on the CPU in float64 after normalising every column and p to unit length; ``tol`` is the KKT tolerance
-    on that normalised problem (match it to the precision the Gram quantities were computed in)."""
+    on that normalised problem (match it to the precision the Gram quantities were computed in). A problem that
+    does not converge, or whose solution is not finite, gets z = 0: its p stays uncorrected."""
     G, c, pp = (t.detach().to("cpu", torch.float64) for t in (G, c, pp))
     if rho == 0 and bool((c >= 0).all()):  # no violated constraint: z = 0 satisfies the KKT conditions
         return Projection(torch.zeros_like(c), torch.ones(c.shape[0], dtype=torch.bool))
@@ -94,9 +96,9 @@ def solve(G: torch.Tensor, c: torch.Tensor, pp: torch.Tensor, rho: float = 0.0, 
     q = c / (safe * torch.where(pn > 0, pn, torch.ones_like(pn)).unsqueeze(1)) - rho
     q = torch.where(usable, q, torch.ones_like(q))
     zn, ok = nnls_gram(Q, q, usable, tol)
-    finite = torch.isfinite(zn).all(1)
-    z = torch.where(usable, zn * pn.unsqueeze(1) / safe, torch.zeros_like(zn))
-    return Projection(torch.where(finite.unsqueeze(1), z, torch.zeros_like(z)), ok & finite)
+    ok &= torch.isfinite(zn).all(1)
+    z = torch.where(usable & ok.unsqueeze(1), zn * pn.unsqueeze(1) / safe, torch.zeros_like(zn))
+    return Projection(z, ok)
 
 
 def segment_bounds(sizes: Optional[Sequence[int]], d: int) -> list[tuple[int, int]]:
@@ -117,12 +119,14 @@ def gram(V: torch.Tensor, bounds: list[tuple[int, int]]) -> torch.Tensor:
 
 
 def combine(p: torch.Tensor, M: torch.Tensor, z: torch.Tensor, bounds: list[tuple[int, int]]) -> torch.Tensor:
-    """p + M z per segment: segment b of the result is p[b] + sum_j z[b, j] M_j[b]."""
+    """p + M z per segment: segment b of the result is p[b] + sum_j z[b, j] M_j[b]. Only the rows with a nonzero
+    coefficient are read (M may be a large memory, on another device than p)."""
     out = p.clone()
-    zt = z.to(device=M.device, dtype=M.dtype)
+    zt = z.to(device=p.device, dtype=p.dtype)
     for (a, b), zb in zip(bounds, zt):
-        if bool((zb != 0).any()):
-            out[a:b].add_(zb @ M[:, a:b])
+        rows = zb.nonzero().flatten()
+        if rows.numel():
+            out[a:b].add_(zb[rows] @ M[rows.to(M.device), a:b].to(p.device))
     return out
 
 
@@ -130,7 +134,7 @@ def project(p: torch.Tensor, M: torch.Tensor, sizes: Optional[Sequence[int]] = N
             rho: float = 0.0) -> tuple[torch.Tensor, Projection]:
     """Project p (d,) onto {v : <v, M_j> >= rho ||p|| ||M_j||} for the rows M_j of M (k, d): one QP over the whole
     vector, or one per segment of ``sizes`` (per layer). A problem that does not converge (or is not finite)
-    leaves its segment of p uncorrected (``Projection.converged`` says which)."""
+    leaves its segment of p uncorrected (``solve``; ``Projection.converged`` says which)."""
     bounds = segment_bounds(sizes, p.numel())
     G = gram(torch.cat([M, p.unsqueeze(0)]), bounds)
     k = M.shape[0]

@@ -238,13 +238,9 @@ class GradMA(Algorithm):
         mom64 = mom.double()
         pp = torch.stack([mom64[lo:hi] @ mom64[lo:hi] for lo, hi in self.bounds]).cpu()
         proj = qp.solve(self.gram[:, idx][:, :, idx], products[:, :, -1], pp, self.cfg.rho_g, GRAM_TOL)
-        z = torch.where(proj.converged.unsqueeze(1), proj.z, torch.zeros_like(proj.z))
-        out = mom.clone()
-        for j in (z > 0).any(0).nonzero().flatten().tolist():
-            row = self.rows.get(slots[j]).to(out.device)
-            for b, (lo, hi) in enumerate(self.bounds):
-                if z[b, j] > 0:
-                    out[lo:hi].add_(row[lo:hi], alpha=float(z[b, j]))
+        z = torch.zeros(len(self.bounds), self.m, dtype=torch.float64)
+        z[:, idx] = proj.z
+        out = qp.combine(mom, self.rows.matrix(), z, self.bounds)
         rc.scratch.server.add(mom, out, proj)
         return out
 
