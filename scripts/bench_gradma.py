@@ -106,7 +106,7 @@ def server_qp_scale(model: list[str], shape: tuple, memory: int, reps: int) -> d
         times = []
         for _ in range(reps):
             start = time.perf_counter()
-            runner.run(LocalRun(0, 0, module.flat.params.clone(), hook, Cost()), None, batch, 0.01)
+            runner.run(LocalRun(module.flat.params.clone(), hook, Cost()), None, batch, 0.01)
             times.append((time.perf_counter() - start) / len(batch))
         step_times[name] = statistics.median(times)
     out["local_step_sgd_s"], out["local_step_gradma_s"] = step_times["sgd"], step_times["gradma"]

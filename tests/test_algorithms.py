@@ -71,7 +71,7 @@ def test_fedprox_loss_hook_gradient_is_mu_times_distance():
     module = LocalModule(LogReg(3, 2), lr=0.1)
     anchor = torch.randn(module.flat.dim)
     batch = (torch.randn(4, 3), torch.tensor([0, 1, 1, 0]))
-    run = LocalRun(0, 0, anchor, None, Cost())
+    run = LocalRun(anchor, None, Cost())
     ce = StepContext(module, run, 0, batch).loss()
     ce.backward()
     ce_grad = module.flat.grad()

@@ -227,12 +227,12 @@ def test_grad_at_replays_dropout_masks_and_freezes_bn_statistics():
     start, buffers = module.flat.params.clone(), module.flat.buffers.clone()
     probe, cost = Probe(), Cost()
     module.set_dropout_generator(torch_rng(0, "dropout", 0, 0))
-    runner.run(LocalRun(0, 0, start, probe, cost), buffers, batches, 0.1)
+    runner.run(LocalRun(start, probe, cost), buffers, batches, 0.1)
     assert max(probe.gaps) < 1e-5 and max(probe.feature_gaps) < 1e-6
     assert cost.grad_evals == 3 * 8 + 3 * 8  # the steps plus the probe's extra gradients
     after_probe = module.flat.params.clone(), module.flat.buffers.clone()
     module.set_dropout_generator(torch_rng(0, "dropout", 0, 0))
-    runner.run(LocalRun(0, 0, start, None, Cost()), buffers, batches, 0.1)
+    runner.run(LocalRun(start, None, Cost()), buffers, batches, 0.1)
     # the extra evaluations changed neither the trajectory, nor the BN statistics, nor the later dropout masks
     assert torch.equal(module.flat.params, after_probe[0]) and torch.equal(module.flat.buffers, after_probe[1])
 

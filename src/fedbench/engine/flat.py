@@ -45,15 +45,19 @@ class FlatModel:
         """Number of entries of each parameter tensor, in flat order (the segments of per-layer arithmetic)."""
         return [p.numel() for p in self.param_tensors]
 
+    def view(self, p: torch.Tensor, vec: torch.Tensor) -> torch.Tensor:
+        """Parameter ``p``'s slice of a flat (d,) vector, shaped like ``p``."""
+        o = self.offsets[id(p)]
+        return vec[o: o + p.numel()].view_as(p)
+
     def views(self, vec: torch.Tensor) -> list[torch.Tensor]:
         """Views of a flat (d,) vector shaped like the parameters, for per-parameter (foreach) arithmetic."""
-        return [vec[o: o + p.numel()].view_as(p) for p, o in zip(self.param_tensors, self.offsets.values())]
+        return [self.view(p, vec) for p in self.param_tensors]
 
     def named_views(self, module: nn.Module, vec: torch.Tensor) -> dict[str, torch.Tensor]:
         """``{name: view of vec}`` for the parameters of ``module`` (the model or one of its blocks), named as
         ``module.named_parameters()`` names them: the argument ``torch.func.functional_call`` takes."""
-        return {n: vec[self.offsets[id(p)]: self.offsets[id(p)] + p.numel()].view_as(p)
-                for n, p in module.named_parameters()}
+        return {n: self.view(p, vec) for n, p in module.named_parameters()}
 
     def grad(self) -> torch.Tensor:
         """The parameters' gradients as one flat vector (zeros where a parameter got none)."""

@@ -63,10 +63,8 @@ class FunctionalModel:
 
 @dataclass
 class LocalRun:
-    """One client's local run as the runners see it: who, when, from where, with which hook."""
+    """One client's local run as the runners see it: from where, with which hook, counted where."""
 
-    client: int
-    round: int
     start: torch.Tensor  # x_t, the point the run starts from (flat)
     hook: Optional[StepHook]
     cost: Cost

@@ -46,7 +46,7 @@ class ClientTrainer:
         ``lr`` and ``batch_size`` override the round's learning rate and ``client.batch_size``."""
         batches = self.batches(rc, client, steps, batch_size)
         self.runner.module.set_dropout_generator(torch_rng(self.seed, "dropout", rc.round, client))
-        run = LocalRun(client, rc.round, start, hook, self.cost)
+        run = LocalRun(start, hook, self.cost)
         loss = self.runner.run(run, self.buffers, batches, rc.lr if lr is None else lr)
         flat = self.runner.module.flat
         return ClientUpdate(
