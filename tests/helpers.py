@@ -13,8 +13,9 @@ def make_sim(cfg, tmp_path: Path, root: Path = None) -> Simulation:
 
 
 def trained_sim(cfg, tmp_path: Path, root: Path = None) -> Simulation:
-    """A simulation after ``cfg.rounds`` rounds (no evaluation, no logging)."""
+    """A simulation after its initialization and ``cfg.rounds`` rounds (no evaluation, no logging)."""
     sim = make_sim(cfg, tmp_path, root)
+    sim.init_cost = sim.initialize()
     for t in range(cfg.rounds):
         sim.round(t)
     return sim
@@ -130,3 +131,13 @@ def write_fake_dataset(name: str, root: Path) -> None:
         write_fake_svhn(root)
     elif name == "tiny_imagenet":
         write_fake_tiny_imagenet(root)
+
+
+def participation_trace(sim: Simulation, rounds: int) -> list:
+    """The first ``rounds`` draws of ``sim``'s participation process, from a fresh copy (the same streams)."""
+    from fedbench.participation import LayerContext, ParticipationProcess
+
+    cfg, data = sim.cfg, sim.data
+    process = ParticipationProcess(cfg.participation, LayerContext(
+        data.num_clients, cfg.seed, cfg.rounds, cfg.client.local_steps, data.sizes, data.attrs))
+    return [process.round(t) for t in range(rounds)]

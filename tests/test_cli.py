@@ -34,12 +34,12 @@ def test_same_seed_same_metrics(tmp_path):
         run([*TINY, "logger=csv", f"hydra.run.dir={tmp_path / name}"], tmp_path)
     a, b = _rows(tmp_path / "a" / "metrics.csv"), _rows(tmp_path / "b" / "metrics.csv")
     assert a == b and len(a) == 2
-    assert list(a[0]) == ["round", "selected", "completed", "train_loss", "test_loss", "test_acc", "bytes_up",
-                          "bytes_down", "grad_evals"]
+    assert list(a[0]) == ["round", "selected", "completed", "train_loss", "test_loss", "test_acc", "grad_evals",
+                          "floats_up", "floats_down", "bytes_up", "bytes_down"]
     assert [int(r["grad_evals"]) for r in a] == [2 * 4 * 5 * 16, 4 * 4 * 5 * 16]  # rounds x S x I x batch
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert summary["rounds"] == 4 and summary["final_test_acc"] == float(a[-1]["test_acc"])
-    assert {"best_test_acc", "rounds_to_target", "wall_time_s", "bytes_up"} <= set(summary)
+    assert {"best_test_acc", "targets", "wall_time_s", "bytes_up", "floats_up", "init_cost"} <= set(summary)
     for name in ("config.yaml", "participation.npz", "participation.png", "rounds.csv"):
         assert (tmp_path / "a" / name).is_file(), name
     rounds = list(csv.DictReader(open(tmp_path / "a" / "rounds.csv")))
@@ -83,8 +83,8 @@ def test_sweep_group_ignores_seed():
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["algo=nope"], "Unknown option 'nope' for config group 'algo'. Allowed: amplified_fedavg, fedavg, fedavgm, "
-                    "feddyn, fedmlb"),
+    (["algo=nope"], "Unknown option 'nope' for config group 'algo'. Allowed: amplified_fedavg, bvr_l_sgd, fedamd, "
+                    "fedavg, fedavgm"),
     (["algo.server_lrr=2"], "Unknown key 'server_lrr' in 'algo'"),
     (["-m", "algo=fedavg,nope"], "Unknown option 'nope'"),
     (["algo.weighting=foo"], "Allowed: uniform, samples"),

@@ -31,11 +31,11 @@ def final(cfg, tmp_path, name):
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_every_algorithm_gives_identical_parameters_under_both_runners(tiny_cfg, tmp_path, algo):
     args = (*MLP, f"algo={algo}", "participation.selection.clients_per_round=2", "client.local_steps=3")
-    if algo == "amplified_fedavg":
-        args += ("algo.period=1",)
+    args += {"amplified_fedavg": ("algo.period=1",), "fedamd": ("algo.p=0",)}.get(algo, ())
     sims = [make_sim(tiny_cfg(*args, f"engine.client_runner={r}"), tmp_path / r) for r in ("thin", "lightning")]
     for sim in sims:
         before = sim.x.clone()
+        sim.initialize()
         sim.round(0)
         assert not torch.equal(before, sim.x)
     assert torch.equal(sims[0].x, sims[1].x)
@@ -261,7 +261,7 @@ def test_mimelite_counts_its_full_batch_gradients_and_uploads_them(tiny_cfg, tmp
     assert stats["grad_evals"] == 4 * 5 * 16 + full
     fedavg = make_sim(tiny_cfg(*MLP), tmp_path / "avg")
     fedavg.round(0)
-    assert sim.bytes_up == 2 * fedavg.bytes_up
+    assert sim.trainer.cost.bytes_up == 2 * fedavg.trainer.cost.bytes_up
 
 
 # ---- the model protocol ---------------------------------------------------------------------------------------

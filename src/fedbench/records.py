@@ -1,7 +1,7 @@
 """The records shared by the engine and the algorithms (a neutral module: it imports neither).
 
 ``RoundContext`` is what every server hook sees in round t, ``ClientUpdate`` what a client's local run returns,
-``StepHook`` the one extension point inside local training, ``Cost`` the gradient-evaluation counter.
+``StepHook`` the one extension point inside local training, ``Cost`` the computation and communication counters.
 """
 
 from __future__ import annotations
@@ -33,17 +33,17 @@ class RoundContext:
 
 @dataclass
 class ClientUpdate:
-    delta: torch.Tensor  # y_I - x, the model change of the local run
-    num_samples: int
+    delta: Optional[torch.Tensor]  # y_I - x, the model change of the local run (None: no model update, e.g.
+    num_samples: int               # a FedAMD anchor, which uploads only a gradient in ``extras``)
     steps: int
-    loss: float
+    loss: Optional[float]  # mean minibatch loss of the run (None: no local steps)
     buffers: Optional[torch.Tensor] = None  # BN running statistics after local training
     extras: Dict[str, torch.Tensor] = field(default_factory=dict)  # further uploads (e.g. control variates)
 
-    @property
-    def upload_bytes(self) -> int:
-        tensors = [self.delta, *self.extras.values()] + ([self.buffers] if self.buffers is not None else [])
-        return sum(t.numel() * t.element_size() for t in tensors)
+    def uploads(self) -> list:
+        """Every tensor the client sends to the server (what ``Cost.upload`` counts)."""
+        tensors = [] if self.delta is None else [self.delta]
+        return tensors + list(self.extras.values()) + ([self.buffers] if self.buffers is not None else [])
 
 
 class StepHook:
@@ -63,12 +63,41 @@ class StepHook:
         return None
 
 
+COUNTERS = ("grad_evals", "floats_up", "floats_down", "bytes_up", "bytes_down")
+
+
 @dataclass
 class Cost:
-    """Gradient evaluations: samples through a backward pass (a step on a batch of b costs b; an extra gradient
-    on the same batch another b; a full local gradient n_i). Every gradient the engine computes is counted here."""
+    """The run's cost counters, each incremented in one place.
+
+    Computation: ``grad_evals`` = samples through a backward pass (a step on a batch of b costs b, an extra gradient
+    on the same batch another b, a full local gradient n_i), counted by ``gradients`` wherever the engine computes
+    one. Communication: ``floats_*`` / ``bytes_*`` of every tensor sent, counted by ``download`` (server -> one
+    client) and ``upload`` (one client -> server); the round loop calls them for the model, the algorithm's payload
+    and the client's ``ClientUpdate.uploads()``, and an algorithm that exchanges anything else (an initialization
+    round, a second exchange within a round) calls them with the tensors it sends.
+    """
 
     grad_evals: int = 0
+    floats_up: int = 0
+    floats_down: int = 0
+    bytes_up: int = 0
+    bytes_down: int = 0
 
     def gradients(self, samples: int) -> None:
         self.grad_evals += int(samples)
+
+    def download(self, *tensors: torch.Tensor) -> None:
+        self.floats_down += sum(t.numel() for t in tensors)
+        self.bytes_down += sum(t.numel() * t.element_size() for t in tensors)
+
+    def upload(self, *tensors: torch.Tensor) -> None:
+        self.floats_up += sum(t.numel() for t in tensors)
+        self.bytes_up += sum(t.numel() * t.element_size() for t in tensors)
+
+    def totals(self) -> Dict[str, int]:
+        return {k: getattr(self, k) for k in COUNTERS}
+
+    def since(self, before: Dict[str, int]) -> Dict[str, int]:
+        """The counters' increase since ``before`` (a ``totals()`` snapshot)."""
+        return {k: getattr(self, k) - before[k] for k in COUNTERS}

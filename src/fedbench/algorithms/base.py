@@ -2,12 +2,14 @@
 
 Per round the engine calls, in order::
 
+    initialize(trainer, x)                              # once before round 0 (its costs are reported apart)
     part = plan_round(part)                             # may replace who trains (e.g. wait-for-all baselines)
     begin_round(rc, x)                                  # once; x is the global model (d,)
     for each completed client entry (client i, steps s):
-        payload = payload(rc, i)                        # what is broadcast besides x (counted in bytes down)
+        payload = payload(rc, i)                        # what is broadcast besides x (counted as sent)
         update  = client_update(trainer, rc, i, s, x, payload)   # local work (steps shaped by step_hook)
         accumulate(rc, i, update, weight)               # streaming aggregation, O(d) memory
+    after_clients(trainer, rc, x)                       # more local runs that need the round's aggregate
     server_update(rc, x)                                # update x in place
     round_stats(rc)                                     # optional diagnostics for rounds.csv / W&B
 
@@ -17,7 +19,9 @@ aggregate ``rc.acc`` and the round's temporaries ``rc.scratch``. Inside local tr
 ``StepHook`` that sets each step's objective and may replace its gradient (see ``fedbench.engine.step``). Typed
 options extend ``AlgoConfig`` (weighting, aggregation, server_lr are common to all). State that must survive
 a checkpoint is declared: server vectors with ``declare``, per-client vectors with ``declare_table`` (rows in the
-shared client-state store, ``fedbench.engine.client_state``).
+shared client-state store, ``fedbench.engine.client_state``). Costs are counted by the engine: gradients by the
+trainer, communication for x, the payload and ``ClientUpdate.uploads()``; an exchange outside that flow (in
+``initialize`` or ``after_clients``) counts what it sends with ``trainer.cost.download`` / ``upload``.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ class AlgoContext:
     seed: int
     store: Optional["ClientStateStore"] = None  # per-client tables; a private in-memory store when None
     local_steps: int = 1  # client.local_steps
+    batch_size: int = 1  # client.batch_size
     param_sizes: Optional[list] = None  # entries per parameter tensor, in flat order (per-layer arithmetic)
     block_sizes: Optional[list] = None  # parameters per model block (``ZooModel.blocks``), head last
 class Algorithm:
@@ -75,6 +80,7 @@ class Algorithm:
 
     name: str
     Config: type
+    plain_sgd = False  # True: local steps follow the algorithm's own recursion; client momentum/decay are refused
 
     def __init__(self, cfg: Any, ctx: AlgoContext):
         self.cfg = cfg
@@ -141,6 +147,20 @@ class Algorithm:
         return p / expected
 
     # ---- hooks -----------------------------------------------------------------------------------------------
+    def initialize(self, trainer: "ClientTrainer", x: torch.Tensor) -> None:
+        """Work at x_0 before round 0 (e.g. a full-participation gradient round); nothing by default."""
+
+    def gradient_round(self, trainer: "ClientTrainer", x: torch.Tensor, purpose: str,
+                       samples: Optional[int] = None):
+        """A full-participation gradient exchange at x (an initialization round): yields (client, gradient on all
+        its data, or on ``samples`` of them) for every client, each download of x and upload counted."""
+        rc = RoundContext(round=0, lr=0.0, part=None)
+        for client in range(self.ctx.num_clients):
+            trainer.cost.download(x)
+            g = trainer.gradient(rc, client, x, samples=samples, purpose=purpose)
+            trainer.cost.upload(g)
+            yield client, g
+
     def plan_round(self, part: RoundParticipation) -> RoundParticipation:
         """Who trains this round; the participation process's draw unless an algorithm overrides it."""
         return part
@@ -163,6 +183,12 @@ class Algorithm:
 
     def accumulate(self, rc: RoundContext, client: int, update: ClientUpdate, weight: float) -> None:
         rc.acc.add_(update.delta, alpha=weight)
+
+    def after_clients(self, trainer: "ClientTrainer", rc: RoundContext, x: torch.Tensor) -> list:
+        """Local runs that need the round's aggregate of client updates (e.g. BVR-L-SGD's one local run on the
+        synchronized direction), before ``server_update``. Returns their ``ClientUpdate``s, whose uploads and
+        losses the engine counts (the algorithm counts what it sends them); none by default."""
+        return []
 
     def server_update(self, rc: RoundContext, x: torch.Tensor) -> None:
         x.add_(rc.acc, alpha=self.cfg.server_lr)

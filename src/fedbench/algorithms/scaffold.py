@@ -4,18 +4,25 @@ Client i with control c_i and server control c takes local steps y <- y - eta_l 
 c_i^+ = c_i - c + (x - y)/(K eta_l) and uploads (Delta y_i, Delta c_i = c_i^+ - c_i): twice the upload bytes.
 Server: x <- x + eta_s sum_i w_i Delta y_i;  c <- c + sum_{i in C_t} p_i Delta c_i, which keeps c = sum_i p_i c_i
 (= (1/N) sum c_i). K is the number of steps the client completed. ``update_controls=false`` keeps every control
-at 0 (then SCAFFOLD is FedAvg).
+at 0 (then SCAFFOLD is FedAvg). ``control_init=gradient`` starts from c_i = grad f_i(x_0) on all of client i's data
+and c = sum_i p_i c_i (FedAMD's SCAFFOLD baseline; one full-participation round whose cost is reported apart).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.records import StepHook
+
+
+class ControlInit(Enum):
+    zeros = "zeros"
+    gradient = "gradient"
 
 
 class ControlHook(StepHook):
@@ -33,11 +40,19 @@ class Scaffold(Algorithm):
     class Config(FedAvg.Config):
         name: str = "scaffold"
         update_controls: bool = True
+        control_init: ControlInit = ControlInit.zeros
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.c = self.declare("server_control", torch.zeros(ctx.dim, device=ctx.device))
         self.controls = self.declare_table("client_control")
+
+    def initialize(self, trainer, x):
+        if ControlInit(self.cfg.control_init) != ControlInit.gradient or not self.cfg.update_controls:
+            return
+        for client, c_i in self.gradient_round(trainer, x, "scaffold/init"):
+            self.controls.set(client, c_i)
+            self.c.add_(c_i, alpha=float(self.p[client]))
 
     def begin_round(self, rc, x):
         super().begin_round(rc, x)

@@ -24,7 +24,7 @@ from fedbench.logging import RunLogger
 from fedbench.logging.plots import heatmap
 from fedbench.models import build_model
 from fedbench.participation import LayerContext, ParticipationProcess
-from fedbench.records import RoundContext
+from fedbench.records import Cost, RoundContext
 from fedbench.rng import torch_rng
 
 
@@ -79,13 +79,18 @@ class Simulation:
         state_dir = cfg.engine.client_state_dir
         self.store = ClientStateStore(n, self.device, cfg.engine.client_state.value,
                                       Path(state_dir) if state_dir else self.run_dir / "client_state")
-        self.algo = ALGORITHMS.get_class(cfg.algo.name)(
+        algo_cls = ALGORITHMS.get_class(cfg.algo.name)
+        if algo_cls.plain_sgd:
+            for key in ("momentum", "weight_decay"):
+                require(cfg.client[key] == 0, f"client.{key}", f"{cfg.client[key]} with algo={cfg.algo.name}, whose "
+                        "local steps follow its own recursion (the local optimizer must be plain SGD).",
+                        f"use client.{key}=0.")
+        self.algo = algo_cls(
             cfg.algo, AlgoContext(self.x.numel(), n, self.data.sizes, self.device, seed, self.store,
-                                  cfg.client.local_steps, self.module.flat.sizes,
+                                  cfg.client.local_steps, cfg.client.batch_size, self.module.flat.sizes,
                                   [sum(p.numel() for p in b.parameters()) for b in model.blocks()])
         )
-        self.bytes_up = 0
-        self.bytes_down = 0
+        self.init_cost = Cost().totals()
 
     @property
     def dim(self) -> int:
@@ -96,38 +101,56 @@ class Simulation:
         return lr_at(self.cfg.client.lr_schedule, self.cfg.client.lr, t, self.cfg.rounds)
 
     def round(self, t: int) -> Dict[str, Any]:
-        """Run round t; return its statistics."""
+        """Run round t; return its statistics (costs: this round's increase of the counters)."""
         part = self.algo.plan_round(self.participation.round(t))
         rc = RoundContext(round=t, lr=self.lr(t), part=part)
-        grad_evals = self.trainer.cost.grad_evals
+        cost = self.trainer.cost
+        before = cost.totals()
         self.algo.begin_round(rc, self.x)
         self.trainer.begin_round()
-        model_bytes = (self.x.numel() + self.buffers.numel()) * self.x.element_size()
+        model = [self.x, self.buffers] if self.buffers.numel() else [self.x]
         weights = self.algo.entry_weights(rc)
-        norm = weights / weights.sum() if weights.size and weights.sum() > 0 else weights
-        completed = iter(zip(weights, norm))
+        completed = iter(weights)
         new_buffers = torch.zeros_like(self.buffers) if self.buffers.numel() else None
+        buffer_weight = 0.0
         losses = []
         for client, done, steps in zip(part.selected.tolist(), part.completed.tolist(), part.local_steps.tolist()):
             payload = self.algo.payload(rc, client)
-            self.bytes_down += model_bytes + sum(v.numel() * v.element_size() for v in payload.values())
+            cost.download(*model, *payload.values())
             if not done:
                 continue
-            w, wn = next(completed)
+            w = float(next(completed))
             update = self.algo.client_update(self.trainer, rc, client, steps, self.x, payload)
-            self.algo.accumulate(rc, client, update, float(w))
+            self.algo.accumulate(rc, client, update, w)
             self.participation.observe(t, client, update)
-            if new_buffers is not None and update.buffers is not None:
-                new_buffers.add_(update.buffers, alpha=float(wn))
-            self.bytes_up += update.upload_bytes
+            if new_buffers is not None and update.buffers is not None and w > 0:
+                new_buffers.add_(update.buffers, alpha=w)
+                buffer_weight += w
+            cost.upload(*update.uploads())
+            losses.append(update.loss)
+        for update in self.algo.after_clients(self.trainer, rc, self.x):
+            cost.upload(*update.uploads())
             losses.append(update.loss)
         self.algo.server_update(rc, self.x)
         self.participation.end_round(t)
-        if new_buffers is not None and losses:
-            self.buffers.copy_(new_buffers)
+        if buffer_weight > 0:
+            self.buffers.copy_(new_buffers.div_(buffer_weight))
+        losses = [v for v in losses if v is not None]
         return {"round": t + 1, "available": int(part.available.sum()), "selected": int(part.selected.size),
                 "completed": int(part.completed.sum()), "train_loss": float(np.mean(losses)) if losses else math.nan,
-                "lr": rc.lr, "grad_evals": self.trainer.cost.grad_evals - grad_evals, **self.algo.round_stats(rc)}
+                "lr": rc.lr, **{k: v for k, v in cost.since(before).items() if not k.startswith("bytes")},
+                **self.algo.round_stats(rc)}
+
+    def initialize(self) -> Dict[str, int]:
+        """The algorithm's initialization exchange at x_0 (e.g. FedAMD's cache of full gradients), counted apart
+        from the rounds: its costs are returned (summary ``init_cost``) and not included in the run's counters."""
+        main = self.trainer.cost
+        self.trainer.cost = init = Cost()
+        try:
+            self.algo.initialize(self.trainer, self.x)
+        finally:
+            self.trainer.cost = main
+        return init.totals()
 
     def evaluate(self) -> tuple[float, float]:
         self.trainer.runner.load(self.x, self.buffers)
@@ -145,6 +168,11 @@ class Simulation:
                       f"{self.data.name} / {cfg.partition.name}: samples per client and label")
         logger.log_image("partition/label_histogram", png)
         np.save(self.run_dir / "label_hist.npy", self.data.label_hist)
+        self.init_cost = self.initialize()
+        if any(self.init_cost.values()):
+            logger.print(f"[{name}] initialization (not counted in the rounds): {self.init_cost['grad_evals']:,} "
+                         f"gradient evaluations, {self.init_cost['floats_up']:,} floats up, "
+                         f"{self.init_cost['floats_down']:,} floats down")
         for t in range(cfg.rounds):
             stats = self.round(t)
             logger.log_round(stats)
@@ -162,9 +190,7 @@ class Simulation:
                     "test_loss": test_loss,
                     "test_acc": test_acc,
                     "wall_time": elapsed,
-                    "bytes_up": self.bytes_up,
-                    "bytes_down": self.bytes_down,
-                    "grad_evals": self.trainer.cost.grad_evals,
+                    **self.trainer.cost.totals(),
                 }
                 window_losses = []
                 history.append(row)
@@ -184,10 +210,12 @@ class Simulation:
     def summary(self, history: list, wall: float) -> Dict[str, Any]:
         accs = [h["test_acc"] for h in history]
         best = int(np.argmax(accs)) if accs else None
-        to_target = {}
+        targets = {}
         for target in self.cfg.targets:
-            hit = next((h["round"] for h in history if h["test_acc"] >= target), None)
-            to_target[f"{target:g}"] = hit
+            hit = next((h for h in history if h["test_acc"] >= target), None)
+            targets[f"{target:g}"] = None if hit is None else {
+                "round": hit["round"], "grad_evals": hit["grad_evals"], "floats_up": hit["floats_up"],
+                "floats_down": hit["floats_down"], "floats": hit["floats_up"] + hit["floats_down"]}
         rounds_done = history[-1]["round"] if history else 0
         return {
             "algorithm": self.cfg.algo.name,
@@ -198,12 +226,11 @@ class Simulation:
             "final_test_loss": history[-1]["test_loss"] if history else None,
             "best_test_acc": accs[best] if best is not None else None,
             "best_round": history[best]["round"] if best is not None else None,
-            "rounds_to_target": to_target,
+            "targets": targets,
             "wall_time_s": wall,
             "rounds_per_s": rounds_done / wall if wall > 0 else None,
-            "bytes_up": self.bytes_up,
-            "bytes_down": self.bytes_down,
-            "grad_evals": self.trainer.cost.grad_evals,
+            **self.trainer.cost.totals(),
+            "init_cost": self.init_cost,
             "num_parameters": self.dim,
             "num_clients": self.data.num_clients,
             "partition_hash": self.data.partition_hash,

@@ -30,13 +30,13 @@ class ClientTrainer:
     def begin_round(self) -> None:
         self._occurrences.clear()
 
-    def batches(self, rc: RoundContext, client: int, steps: int, batch_size: Optional[int] = None) -> list:
-        """The client's minibatches for this round, from the stream (seed, "batches", round, client); a client
+    def batches(self, rc: RoundContext, client: int, steps: int, batch_size: Optional[int] = None,
+                purpose: str = "batches") -> list:
+        """The client's minibatches for this round, from the stream (seed, purpose, round, client); a client
         drawn twice in one round (selection with replacement) gets a fresh stream for its second run."""
-        k = self._occurrences[client]
-        self._occurrences[client] += 1
-        purpose = "batches" if k == 0 else f"batches/{k}"
-        gen = torch_rng(self.seed, purpose, rc.round, client)
+        k = self._occurrences[client, purpose]
+        self._occurrences[client, purpose] += 1
+        gen = torch_rng(self.seed, purpose if k == 0 else f"{purpose}/{k}", rc.round, client)
         return self.data.client_batches(client, steps, batch_size or self.batch_size, gen)
 
     def train(self, rc: RoundContext, client: int, steps: int, start: torch.Tensor,
@@ -56,6 +56,29 @@ class ClientTrainer:
             loss=loss,
             buffers=flat.buffers.clone() if flat.buffers.numel() else None,
         )
+
+    def batch_gradients(self, rc: RoundContext, client: int, points: list, steps: int,
+                        batch_size: Optional[int] = None, purpose: str = "refresh") -> list:
+        """At each flat point of ``points``, the mean over ``steps`` minibatches of the client's stream ``purpose``
+        of the minibatch gradient; every batch is evaluated at every point with the same dropout masks (stream
+        (seed, purpose/dropout, round, client)). Costs len(points) x steps x batch gradient evaluations."""
+        batches = self.batches(rc, client, steps, batch_size, purpose)
+        module = self.runner.module
+        previous = module.dropout_generator
+        gen = torch_rng(self.seed, f"{purpose}/dropout", rc.round, client)
+        module.set_dropout_generator(gen)
+        module.train()
+        totals = [torch.zeros_like(w) for w in points]
+        try:
+            for xb, yb in batches:
+                state = gen.get_state()
+                for w, total in zip(points, totals):
+                    gen.set_state(state)
+                    total.add_(module.functional.loss_grad(w, xb, yb)[1], alpha=1.0 / len(batches))
+                    self.cost.gradients(len(yb))
+        finally:
+            module.set_dropout_generator(previous)
+        return totals
 
     def gradient(self, rc: RoundContext, client: int, w: torch.Tensor, samples: Optional[int] = None,
                  purpose: str = "gradient") -> torch.Tensor:

@@ -209,7 +209,8 @@ class AdaptiveSelection(_Weighted):
         raise NotImplementedError
 
     def observe(self, t, client, update):
-        self.scores[client] = self.score(client, update)
+        if update.delta is not None:  # a run without a model update (a FedAMD anchor) is not scored
+            self.scores[client] = self.score(client, update)
 
     def end_round(self, t):
         ids = np.fromiter((i for i, s in self.scores.items() if np.isfinite(s)), dtype=np.int64)
