@@ -44,6 +44,27 @@ def test_same_seed_same_metrics(tmp_path):
         assert (tmp_path / "a" / name).is_file(), name
     rounds = list(csv.DictReader(open(tmp_path / "a" / "rounds.csv")))
     assert [r["round"] for r in rounds] == ["1", "2", "3", "4"] and {r["selected"] for r in rounds} == {"4"}
+    for key in ("grad_evals", "floats_up", "floats_down"):  # metrics.csv: the running sums of rounds.csv
+        per_round = np.cumsum([int(r[key]) for r in rounds])
+        assert [int(r[key]) for r in a] == [per_round[1], per_round[3]], key
+
+
+def test_sweep_gradma_fedamd_costs_to_target(tmp_path):
+    run(["-m", *TINY, "algo=gradma,fedamd", "targets=[0.3,0.99]", "logger=csv",
+         f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    jobs = {json.loads((j / "summary.json").read_text())["algorithm"]: j for j in (tmp_path / "sweep").iterdir()
+            if (j / "summary.json").exists()}
+    assert set(jobs) == {"gradma", "fedamd"}
+    for name, job in jobs.items():
+        summary = json.loads((job / "summary.json").read_text())
+        rows = _rows(job / "metrics.csv")
+        hit = next(r for r in rows if float(r["test_acc"]) >= 0.3)
+        assert summary["targets"]["0.3"] == {"round": int(hit["round"]), "grad_evals": int(hit["grad_evals"]),
+                                             "floats_up": int(hit["floats_up"]),
+                                             "floats_down": int(hit["floats_down"]),
+                                             "floats": int(hit["floats_up"]) + int(hit["floats_down"])}
+        assert summary["targets"]["0.99"] is None
+        assert (summary["init_cost"]["grad_evals"] > 0) == (name == "fedamd")
 
 
 def test_multirun_four_jobs_with_wandb_offline_share_the_participation_trace(tmp_path):

@@ -132,6 +132,9 @@ def test_schedules_give_the_declared_anchor_fractions():
     assert abs(frac.mean() - p) < 4 * np.sqrt(p * (1 - p) / frac.size / 20)  # 4 sigma over 4000 Bernoulli draws
     seq = _anchor_fraction(_algo(schedule="sequential", tau=3, phase=1), 30)
     assert seq.tolist() == [1.0 if t % 3 == 1 else 0.0 for t in range(30)]
+    decay = _algo(schedule="time_varying")
+    ps = [decay.probability(RoundContext(t, 0.1, None)) for t in (0, 100)]
+    assert ps == pytest.approx([1 / np.log(14 / 5), 1 / np.log(114 / 5)])
     auto = _algo()
     assert auto.probability(RoundContext(0, 0.1, SimpleNamespace(selected=np.arange(20)))) == pytest.approx(
         (2 / 22) ** (1 / 20)) == pytest.approx(0.887, abs=1e-3)

@@ -11,7 +11,8 @@ the paper's 1/nu) or p_i / (E[m_i] (1 - p_t)) (``unbiased``) -- and x unchanged 
 g~, changes only after the miners have used g~_t: g~_{t+1} = g~_t + sum_{anchors} p_i (v_new^(i) - v_old^(i)).
 Schedules (§1.6): ``constant`` p_t = p ("auto": Cor. 4.9's (2/(A+2))^{1/A} / c; "bound": the minimizer of
 Thm 4.8's 1/(1-p^A) + 2M/(A p sqrt(1-p^A)), / c; A = the round's selected entries) and ``sequential``
-(Eq. 4: p_t = 1 if (t - phase) mod tau = 0 else 0).
+(Eq. 4: p_t = 1 if (t - phase) mod tau = 0 else 0); ``time_varying`` is the official code's deprecated option
+(not in the paper).
 Cache (§1.3, §1.7): initialized by one full-participation gradient round at x_0 (``cache_init=gradient``; costs
 reported apart) or zeros. ``cache=server`` keeps the N x d table at the server (the anchor uploads v); ``client``
 leaves each v^(i) with its client and the server keeps only g~ (the anchor uploads v_new - v_old): the same
@@ -37,6 +38,7 @@ from fedbench.rng import numpy_rng
 class Schedule(Enum):
     constant = "constant"
     sequential = "sequential"
+    time_varying = "time_varying"  # the official code's deprecated --ts: p_t = min(1 / log(max((t+14)/5, e)), 1)
 
 
 class CacheInit(Enum):
@@ -101,6 +103,8 @@ class FedAMD(Algorithm):
         """p_t of round t."""
         if self.schedule == Schedule.sequential:
             return 1.0 if (rc.round - self.cfg.phase) % self.cfg.tau == 0 else 0.0
+        if self.schedule == Schedule.time_varying:
+            return min(1.0 / math.log(max((rc.round + 14) / 5, math.e)), 1.0)
         if self.fixed_p is not None:
             return self.fixed_p
         a = max(int(rc.part.selected.size), 1)
