@@ -340,16 +340,20 @@ def test_summary_reports_memory_and_scaffold_uploads_twice(tiny_cfg, tmp_path):
     assert out["fedavg"]["client_state"]["bytes"] == 0
 
 
-@pytest.mark.parametrize("experiment", ["mimic_fmnist", "arbitrary_fmnist"])
-def test_paper_experiment_presets_run_a_round_at_tiny_scale(experiment, tmp_path):
+@pytest.mark.parametrize("experiment, extra", [
+    ("mimic_fmnist", ("partition.classes_per_client=2",)),
+    ("arbitrary_fmnist", ("algo.warmup_rounds=1",)),
+    ("fedamd_fmnist", ("participation.selection.clients_per_round=4", "algo.p=0.5")),
+])
+def test_paper_experiment_presets_run_a_round_at_tiny_scale(experiment, extra, tmp_path):
     from conftest import compose
     from helpers import write_fake_mnist
 
     write_fake_mnist(tmp_path / "data" / "FashionMNIST" / "raw", n_train=400, n_test=50)
     cfg = compose(f"experiment={experiment}", "partition.num_clients=10", "rounds=2", "client.local_steps=2",
-                  "dataset.system_dirs=[]", "partition.max_per_client=0", "algo.warmup_rounds=1"
-                  if experiment == "arbitrary_fmnist" else "partition.classes_per_client=2")
+                  "dataset.system_dirs=[]", "partition.max_per_client=0", *extra)
     sim = make_sim(cfg, tmp_path, tmp_path / "data")
+    sim.initialize()
     before = sim.x.clone()
     for t in range(2):
         sim.round(t)

@@ -45,3 +45,21 @@ def test_gradma_benchmark_script_runs(tmp_path):
                     "--out", str(out)], check=True, cwd=root, capture_output=True)
     result = json.loads(out.read_text())
     assert result["seconds_per_round"]["gradma"] > 0 and result["server_qp"]["memory"] == 10
+
+
+@pytest.mark.slow
+def test_fedamd_fmnist_preset_costs_follow_the_papers_table2_conventions(tmp_path):
+    """FedAMD note §4.3 on the real preset (d = 44,426, n = 600, K b' = 640, A = 20): an anchor costs n gradient
+    evaluations and 2d floats, a miner 2 K b' and 3d; the cache initialization (N n, N d each way) is apart."""
+    from helpers import make_sim
+
+    sim = make_sim(compose("experiment=fedamd_fmnist", "rounds=3"), tmp_path, tmp_path / "data")
+    d = sim.dim
+    assert d == 44426 and set(sim.data.sizes.tolist()) == {600}
+    assert sim.initialize() == {"grad_evals": 100 * 600, "floats_up": 100 * d, "floats_down": 100 * d,
+                                "bytes_up": 400 * d, "bytes_down": 400 * d}
+    for t in range(3):
+        s = sim.round(t)
+        assert s["anchors"] + s["miners"] == 20 and s["anchor_p"] == pytest.approx((2 / 22) ** (1 / 20))
+        assert s["grad_evals"] == s["anchors"] * 600 + s["miners"] * 2 * 640
+        assert (s["floats_up"], s["floats_down"]) == (20 * d, (20 + s["miners"]) * d)
