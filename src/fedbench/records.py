@@ -33,8 +33,10 @@ class RoundContext:
 
 @dataclass
 class ClientUpdate:
-    delta: Optional[torch.Tensor]  # y_I - x, the model change of the local run (None: no model update, e.g.
-    num_samples: int               # a FedAMD anchor, which uploads only a gradient in ``extras``)
+    # y_I - x, the model change of the local run; None when the client sends no model update (a FedAMD anchor
+    # uploads only a gradient, in ``extras``)
+    delta: Optional[torch.Tensor]
+    num_samples: int
     steps: int
     loss: Optional[float]  # mean minibatch loss of the run (None: no local steps)
     buffers: Optional[torch.Tensor] = None  # BN running statistics after local training

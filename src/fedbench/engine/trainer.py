@@ -4,6 +4,7 @@ and the primitive "gradient of client i's data at point w" that algorithms needi
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import contextmanager
 from typing import Optional
 
 import torch
@@ -63,21 +64,14 @@ class ClientTrainer:
         of the minibatch gradient; every batch is evaluated at every point with the same dropout masks (stream
         (seed, purpose/dropout, round, client)). Costs len(points) x steps x batch gradient evaluations."""
         batches = self.batches(rc, client, steps, batch_size, purpose)
-        module = self.runner.module
-        previous = module.dropout_generator
-        gen = torch_rng(self.seed, f"{purpose}/dropout", rc.round, client)
-        module.set_dropout_generator(gen)
-        module.train()
         totals = [torch.zeros_like(w) for w in points]
-        try:
+        with self._masks(rc, client, purpose) as gen:
             for xb, yb in batches:
                 state = gen.get_state()
                 for w, total in zip(points, totals):
                     gen.set_state(state)
-                    total.add_(module.functional.loss_grad(w, xb, yb)[1], alpha=1.0 / len(batches))
+                    total.add_(self.runner.module.functional.loss_grad(w, xb, yb)[1], alpha=1.0 / len(batches))
                     self.cost.gradients(len(yb))
-        finally:
-            module.set_dropout_generator(previous)
         return totals
 
     def gradient(self, rc: RoundContext, client: int, w: torch.Tensor, samples: Optional[int] = None,
@@ -93,16 +87,24 @@ class ClientTrainer:
         else:
             perm = torch.randperm(n, generator=torch_rng(self.seed, purpose, rc.round, client))[:samples]
             idx = (perm + lo).to(self.data.x.device)
-        module = self.runner.module
-        previous = module.dropout_generator
-        module.set_dropout_generator(torch_rng(self.seed, f"{purpose}/dropout", rc.round, client))
-        module.train()
         total = torch.zeros_like(w)
-        try:
+        with self._masks(rc, client, purpose):
             for chunk in idx.split(GRADIENT_CHUNK):
-                _, g = module.functional.loss_grad(w, self.data.x[chunk], self.data.y[chunk])
+                _, g = self.runner.module.functional.loss_grad(w, self.data.x[chunk], self.data.y[chunk])
                 total.add_(g, alpha=len(chunk) / len(idx))
-        finally:
-            module.set_dropout_generator(previous)
         self.cost.gradients(len(idx))
         return total
+
+    @contextmanager
+    def _masks(self, rc: RoundContext, client: int, purpose: str):
+        """Train mode with dropout masks from the stream (seed, purpose/dropout, round, client); the local runs'
+        generator is restored afterwards."""
+        module = self.runner.module
+        previous = module.dropout_generator
+        gen = torch_rng(self.seed, f"{purpose}/dropout", rc.round, client)
+        module.set_dropout_generator(gen)
+        module.train()
+        try:
+            yield gen
+        finally:
+            module.set_dropout_generator(previous)
