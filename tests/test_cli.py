@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from conftest import ROOT, TINY
 
@@ -135,3 +136,23 @@ def test_multirun_over_the_gradma_table_algorithms(tmp_path):
     assert {"grad_evals", "qp_worker_active", "qp_server_correction", "memory_entries"} <= set(rounds[0])
     moon = next(csv.DictReader(open(jobs["moon"] / "rounds.csv")))
     assert int(rounds[0]["grad_evals"]) > 2 * int(moon["grad_evals"])  # three gradients a step against one
+
+
+def test_sweep_over_the_selection_rules_with_fedavg_and_mifa(tmp_path):
+    rules = "uniform,md,fedsrc_g,fedsrc_d,cluster,power_of_choice"
+    run(["-m", *TINY, "rounds=2", "eval_every=2", "logger=csv", "algo=fedavg,mifa", f"participation/selection={rules}",
+         "engine.eval_train=true", "loss_targets=[5.0]", f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    jobs = {}
+    for summary in (tmp_path / "sweep").glob("*/summary.json"):
+        kind = OmegaConf.load(summary.parent / "config.yaml").participation.selection.kind
+        jobs[json.loads(summary.read_text())["algorithm"], kind] = summary.parent
+    assert set(jobs) == {(a, r) for a in ("fedavg", "mifa") for r in rules.split(",")}
+    for (algo, rule), job in jobs.items():
+        rounds = list(csv.DictReader(open(job / "rounds.csv")))
+        probabilistic = rule in ("md", "fedsrc_g", "fedsrc_d")
+        assert ("p_entropy" in rounds[0]) == probabilistic, (algo, rule)
+        assert (job / "probabilities.png").exists() == probabilistic
+        if probabilistic:
+            assert "probabilities" in np.load(job / "participation.npz")
+        summary = json.loads((job / "summary.json").read_text())
+        assert summary["loss_targets"]["5"]["round"] == 2 and summary["final_global_train_loss"] < 5

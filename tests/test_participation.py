@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from conftest import compose
 from fedbench.errors import ConfigError
 from fedbench.participation import LayerContext, ParticipationProcess
-from fedbench.participation.selection import UpdateNorm
+from fedbench.participation.fedsrc import FedSRCG
 
 
 def process(n=40, rounds=100, local_steps=5, seed=0, sizes=None, attrs=None, preset="uniform", **layers):
@@ -241,7 +241,7 @@ def test_first_round_full_and_min_available_fallback():
 def test_adaptive_sampler_preserves_mass_and_keeps_stale_probabilities():
     proc = process(8, preset="adaptive", **{"selection.clients_per_round": 3})
     sel = proc.selection
-    assert isinstance(sel, UpdateNorm)
+    assert isinstance(sel, FedSRCG)
     rp = proc.round(0)
 
     class U:
@@ -252,7 +252,7 @@ def test_adaptive_sampler_preserves_mass_and_keeps_stale_probabilities():
     ids = sorted(set(rp.selected.tolist()))
     before = sel.p.copy()
     for k, i in enumerate(ids):
-        proc.observe(0, i, U(k + 1.0))
+        proc.observe(0, i, U(k + 1.0), 1.0)
     proc.end_round(0)
     assert sel.p.sum() == pytest.approx(1.0)
     others = np.setdiff1d(np.arange(8), ids)

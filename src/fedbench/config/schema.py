@@ -101,6 +101,7 @@ class ModelConfig:
     name: str = MISSING
     hidden: List[int] = field(default_factory=list)  # mlp hidden sizes
     batch_norm: bool = False  # mlp: BatchNorm1d after each hidden layer
+    hidden_dropout: float = 0.0  # mlp: dropout before each hidden ReLU (FedSRC's MLP: 0.5)
     norm: Norm = Norm.batch  # resnet20 / resnet18 / vgg11 normalization layers
     groups: int = 2  # GroupNorm groups
     stem: str = "cifar"  # resnet18: cifar (3x3, stride 1) | imagenet (7x7 stride 2 + max-pool, torchvision)
@@ -119,6 +120,7 @@ class ParticipationConfig:
     first_round_full: bool = False  # every client takes part in round 0 (MimiC's assumption, §5)
     min_available: int = 0  # top up rounds with fewer available clients at random (MimiC code uses 2)
     inclusion_samples: int = 2000  # Monte-Carlo draws for inclusion probabilities that have no closed form
+    probabilities_every: int = 10  # rounds between full selection-probability vectors in participation.npz
 
 
 class ClientRunner(Enum):
@@ -136,6 +138,7 @@ class EngineConfig:
     client_runner: ClientRunner = ClientRunner.thin
     device: str = "cpu"  # cpu | cuda | cuda:N | auto
     eval_batch_size: int = 2048
+    eval_train: bool = False  # also evaluate the global model on the whole training set (global_train_loss/acc)
     num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     client_state: ClientStateBackend = ClientStateBackend.memory
     client_state_dir: Optional[str] = None  # memmap files; null = <run dir>/client_state
@@ -176,6 +179,11 @@ class LRScheduleConfig:
     gamma: float = 0.1
 
 
+class NoiseSpread(Enum):
+    uniform = "uniform"  # s_i = grad_noise * u_i, u_i ~ U(0, 1) once per client (FedSRC note A18)
+    constant = "constant"  # s_i = grad_noise for every client
+
+
 @dataclass
 class ClientConfig:
     """Local training shared by every algorithm (plain SGD on each client)."""
@@ -186,6 +194,9 @@ class ClientConfig:
     momentum: float = 0.0
     weight_decay: float = 0.0
     lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
+    # injected gradient noise N(0, s_i^2 I) on every local step (the FedSRC synthetic task); 0 = none
+    grad_noise: float = 0.0
+    grad_noise_spread: NoiseSpread = NoiseSpread.uniform
 
 
 @dataclass
@@ -201,6 +212,7 @@ class RootConfig:
     rounds: int = 50
     eval_every: int = 10
     targets: List[float] = field(default_factory=list)
+    loss_targets: List[float] = field(default_factory=list)  # global training losses (needs engine.eval_train)
     client: ClientConfig = field(default_factory=ClientConfig)
     data: DataConfig = field(default_factory=DataConfig)
     dataset: Any = MISSING

@@ -55,9 +55,11 @@ class FederatedData:
 
     def client_batches(self, client: int, steps: int, batch_size: int, gen: torch.Generator) -> list:
         """``steps`` minibatches of client ``client``: sampling without replacement within an epoch, epochs
-        chained (a fresh permutation each), all drawn from the per-(seed, round, client) generator ``gen``."""
+        chained (a fresh permutation each), all drawn from the per-(seed, round, client) generator ``gen``. A batch
+        size above the client's number of samples n_i is clipped to n_i (each step then sees all its data)."""
         lo = int(self.offsets[client])
         n = int(self.offsets[client + 1]) - lo
+        batch_size = min(batch_size, n)
         need = steps * batch_size
         perms = [torch.randperm(n, generator=gen) for _ in range(-(-need // n))]
         idx = (torch.cat(perms)[:need] + lo).to(self.x.device)

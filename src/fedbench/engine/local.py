@@ -50,6 +50,10 @@ class LocalModule(L.LightningModule):
         return self.run.hook.loss(ctx) if self.run.hook is not None else ctx.loss()
 
     def on_before_optimizer_step(self, optimizer) -> None:
+        if self.run.noise is not None:
+            std, gen = self.run.noise
+            g = self.flat.grad()
+            self.flat.set_grad(g + std * torch.randn(g.shape, generator=gen).to(g.device, g.dtype))
         if self.run.hook is not None:
             self.run.hook.grad(self._ctx)
         self._ctx = None

@@ -12,20 +12,22 @@ import torch
 from omegaconf import DictConfig
 
 from fedbench.algorithms import ALGORITHMS, AlgoContext
+from fedbench.config.schema import NoiseSpread
 from fedbench.data import FederatedData, build_federated
 from fedbench.engine.client_state import ClientStateStore
 from fedbench.engine.evaluation import evaluate
 from fedbench.engine.schedule import lr_at, validate_schedule
 from fedbench.engine.local import LocalModule
+from fedbench.engine.oracle import EngineOracle
 from fedbench.engine.runners import make_runner
 from fedbench.engine.trainer import ClientTrainer
 from fedbench.errors import ConfigError, require
 from fedbench.logging import RunLogger
-from fedbench.logging.plots import heatmap
+from fedbench.logging.plots import heatmap, probability_histogram
 from fedbench.models import build_model
 from fedbench.participation import LayerContext, ParticipationProcess
 from fedbench.records import Cost, RoundContext
-from fedbench.rng import torch_rng
+from fedbench.rng import numpy_rng, torch_rng
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -50,6 +52,23 @@ def validate(cfg: DictConfig) -> None:
     validate_schedule(cfg.client.lr_schedule)
     for t in cfg.targets:
         require(0 < t <= 1, "targets", f"accuracy target {t} is not in (0, 1].", "give accuracies such as [0.7, 0.8].")
+    for t in cfg.loss_targets:
+        require(t > 0, "loss_targets", f"training-loss target {t} is not positive.", "give losses such as [0.5].")
+    require(not cfg.loss_targets or cfg.engine.eval_train, "loss_targets",
+            "training-loss targets are read from the global model's loss on the training set.",
+            "set engine.eval_train=true.")
+    require(cfg.client.grad_noise >= 0, "client.grad_noise", f"{cfg.client.grad_noise}.", "use a std >= 0.")
+
+
+def noise_levels(cfg: DictConfig, n: int, data_seed: int):
+    """Each client's injected gradient-noise std s_i (None without noise): grad_noise x u_i, u_i ~ U(0, 1) from
+    the stream (data seed, "grad_noise/levels"), or grad_noise for all (``grad_noise_spread``)."""
+    nu = cfg.client.grad_noise
+    if nu == 0:
+        return None
+    if NoiseSpread(cfg.client.grad_noise_spread) == NoiseSpread.constant:
+        return np.full(n, float(nu))
+    return nu * numpy_rng(data_seed, "grad_noise/levels").random(n)
 
 
 class Simulation:
@@ -69,7 +88,8 @@ class Simulation:
         model = build_model(cfg.model, self.data.input_shape, self.data.num_classes, torch_rng(seed, "init"))
         self.module = LocalModule(model.to(self.device), cfg.client.lr, cfg.client.momentum, cfg.client.weight_decay)
         runner = make_runner(cfg.engine.client_runner.value, self.module, self.device)
-        self.trainer = ClientTrainer(self.data, runner, seed, cfg.client.batch_size)
+        self.trainer = ClientTrainer(self.data, runner, seed, cfg.client.batch_size,
+                                     noise_levels(cfg, self.data.num_clients, data_seed))
         self.x = self.module.flat.params.detach().clone()
         self.buffers = self.module.flat.buffers.detach().clone()
         self.trainer.buffers = self.buffers
@@ -102,10 +122,11 @@ class Simulation:
 
     def round(self, t: int) -> Dict[str, Any]:
         """Run round t; return its statistics (costs: this round's increase of the counters)."""
-        part = self.algo.plan_round(self.participation.round(t))
-        rc = RoundContext(round=t, lr=self.lr(t), part=part)
         cost = self.trainer.cost
         before = cost.totals()
+        oracle = EngineOracle(self.trainer, t, self.lr(t), self.x, self.cfg.algo.server_lr, self.cfg.client.local_steps)
+        part = self.algo.plan_round(self.participation.round(t, oracle))
+        rc = RoundContext(round=t, lr=self.lr(t), part=part)
         self.algo.begin_round(rc, self.x)
         self.trainer.begin_round()
         model = [self.x, self.buffers] if self.buffers.numel() else [self.x]
@@ -122,7 +143,7 @@ class Simulation:
             w = float(next(completed))
             update = self.algo.client_update(self.trainer, rc, client, steps, self.x, payload)
             self.algo.accumulate(rc, client, update, w)
-            self.participation.observe(t, client, update)
+            self.participation.observe(t, client, update, w)
             if new_buffers is not None and update.buffers is not None and w > 0:
                 new_buffers.add_(update.buffers, alpha=w)
                 buffer_weight += w
@@ -139,7 +160,7 @@ class Simulation:
         return {"round": t + 1, "available": int(part.available.sum()), "selected": int(part.selected.size),
                 "completed": int(part.completed.sum()), "train_loss": float(np.mean(losses)) if losses else math.nan,
                 "lr": rc.lr, **{k: v for k, v in cost.since(before).items() if not k.startswith("bytes")},
-                **self.algo.round_stats(rc)}
+                **self.participation.round_stats(), **self.algo.round_stats(rc)}
 
     def initialize(self) -> Dict[str, int]:
         """The algorithm's initialization exchange at x_0 (e.g. FedAMD's cache of full gradients), counted apart
@@ -155,6 +176,11 @@ class Simulation:
     def evaluate(self) -> tuple[float, float]:
         self.trainer.runner.load(self.x, self.buffers)
         return evaluate(self.module, self.data.x_test, self.data.y_test, self.cfg.engine.eval_batch_size)
+
+    def evaluate_train(self) -> tuple[float, float]:
+        """The global model on the whole training set: f(x) = sum_i (n_i / n) F_i(x), and its accuracy."""
+        self.trainer.runner.load(self.x, self.buffers)
+        return evaluate(self.module, self.data.x, self.data.y, self.cfg.engine.eval_batch_size)
 
     def run(self, logger: RunLogger) -> Dict[str, Any]:
         cfg = self.cfg
@@ -194,6 +220,8 @@ class Simulation:
                     "wall_time": elapsed,
                     **self.trainer.cost.totals(),
                 }
+                if cfg.engine.eval_train:
+                    row["global_train_loss"], row["global_train_acc"] = self.evaluate_train()
                 window_losses = []
                 history.append(row)
                 logger.log_eval(row)
@@ -207,17 +235,25 @@ class Simulation:
         png = heatmap(self.participation.trace_image(), self.run_dir / "participation.png", "client", "round",
                       f"{cfg.participation.name}: 0 unavailable, 1 available, 2 selected, 3 completed")
         logger.log_image("participation/trace", png)
+        rounds, probs = self.participation.probability_snapshots()
+        if rounds.size:
+            png = probability_histogram(rounds, probs, self.run_dir / "probabilities.png",
+                                        f"{cfg.participation.selection.kind}: selection probabilities")
+            logger.log_image("participation/probabilities", png)
         return self.summary(history, time.perf_counter() - start)
 
     def summary(self, history: list, wall: float) -> Dict[str, Any]:
         accs = [h["test_acc"] for h in history]
         best = int(np.argmax(accs)) if accs else None
-        targets = {}
-        for target in self.cfg.targets:
-            hit = next((h for h in history if h["test_acc"] >= target), None)
-            targets[f"{target:g}"] = None if hit is None else {
+        def reached(hit):
+            return None if hit is None else {
                 "round": hit["round"], "grad_evals": hit["grad_evals"], "floats_up": hit["floats_up"],
                 "floats_down": hit["floats_down"], "floats": hit["floats_up"] + hit["floats_down"]}
+
+        targets = {f"{v:g}": reached(next((h for h in history if h["test_acc"] >= v), None))
+                   for v in self.cfg.targets}
+        loss_targets = {f"{v:g}": reached(next((h for h in history if h["global_train_loss"] <= v), None))
+                        for v in self.cfg.loss_targets}
         rounds_done = history[-1]["round"] if history else 0
         return {
             "algorithm": self.cfg.algo.name,
@@ -229,6 +265,8 @@ class Simulation:
             "best_test_acc": accs[best] if best is not None else None,
             "best_round": history[best]["round"] if best is not None else None,
             "targets": targets,
+            "loss_targets": loss_targets,
+            "final_global_train_loss": history[-1].get("global_train_loss") if history else None,
             "wall_time_s": wall,
             "rounds_per_s": rounds_done / wall if wall > 0 else None,
             **self.trainer.cost.totals(),

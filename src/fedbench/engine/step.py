@@ -69,6 +69,9 @@ class LocalRun:
     hook: Optional[StepHook]
     cost: Cost
     losses: list = field(default_factory=list)
+    # (std, generator): N(0, std^2 I) noise added to each step's gradient before the hook (the client's injected
+    # gradient noise, ``client.grad_noise``); None: no noise
+    noise: Optional[tuple] = None
 
 
 class StepContext:

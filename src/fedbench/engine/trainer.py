@@ -7,9 +7,11 @@ from collections import Counter
 from contextlib import contextmanager
 from typing import Optional
 
+import numpy as np
 import torch
 
 from fedbench.data.federated import FederatedData
+from fedbench.engine.evaluation import evaluate
 from fedbench.engine.runners import ClientRunner
 from fedbench.engine.step import LocalRun
 from fedbench.records import ClientUpdate, Cost, RoundContext, StepHook
@@ -19,11 +21,17 @@ GRADIENT_CHUNK = 1024  # samples per forward/backward pass of a full-batch gradi
 
 
 class ClientTrainer:
-    def __init__(self, data: FederatedData, runner: ClientRunner, seed: int, batch_size: int):
+    """``noise_std`` (N,), where given, is each client's injected gradient noise: N(0, s_i^2 I) added to the
+    stochastic gradient of every local step (stream (seed, "grad_noise", round, client)) and of the minibatch
+    probes that sample that gradient; full-data gradients stay noiseless."""
+
+    def __init__(self, data: FederatedData, runner: ClientRunner, seed: int, batch_size: int,
+                 noise_std: Optional[np.ndarray] = None):
         self.data = data
         self.runner = runner
         self.seed = seed
         self.batch_size = batch_size
+        self.noise_std = noise_std
         self.buffers: Optional[torch.Tensor] = None  # global floating-point buffers (BN statistics)
         self.cost = Cost()
         self._occurrences: Counter = Counter()
@@ -35,10 +43,18 @@ class ClientTrainer:
                 purpose: str = "batches") -> list:
         """The client's minibatches for this round, from the stream (seed, purpose, round, client); a client
         drawn twice in one round (selection with replacement) gets a fresh stream for its second run."""
+        gen = torch_rng(self.seed, self._occurrence(client, purpose), rc.round, client)
+        return self.data.client_batches(client, steps, batch_size or self.batch_size, gen)
+
+    def _occurrence(self, client: int, purpose: str) -> str:
+        """``purpose`` for the client's first use of a stream in the round, ``purpose/k`` for its k-th repeat."""
         k = self._occurrences[client, purpose]
         self._occurrences[client, purpose] += 1
-        gen = torch_rng(self.seed, purpose if k == 0 else f"{purpose}/{k}", rc.round, client)
-        return self.data.client_batches(client, steps, batch_size or self.batch_size, gen)
+        return purpose if k == 0 else f"{purpose}/{k}"
+
+    def _noise(self, rc: RoundContext, client: int, purpose: str) -> Optional[tuple]:
+        std = 0.0 if self.noise_std is None else float(self.noise_std[client])
+        return (std, torch_rng(self.seed, self._occurrence(client, purpose), rc.round, client)) if std > 0 else None
 
     def train(self, rc: RoundContext, client: int, steps: int, start: torch.Tensor,
               hook: Optional[StepHook] = None, lr: Optional[float] = None,
@@ -47,7 +63,7 @@ class ClientTrainer:
         ``lr`` and ``batch_size`` override the round's learning rate and ``client.batch_size``."""
         batches = self.batches(rc, client, steps, batch_size)
         self.runner.module.set_dropout_generator(torch_rng(self.seed, "dropout", rc.round, client))
-        run = LocalRun(start, hook, self.cost)
+        run = LocalRun(start, hook, self.cost, noise=self._noise(rc, client, "grad_noise"))
         loss = self.runner.run(run, self.buffers, batches, rc.lr if lr is None else lr)
         flat = self.runner.module.flat
         return ClientUpdate(
@@ -94,6 +110,29 @@ class ClientTrainer:
                 total.add_(g, alpha=len(chunk) / len(idx))
         self.cost.gradients(len(idx))
         return total
+
+    def minibatch_gradients(self, rc: RoundContext, client: int, w: torch.Tensor, count: int,
+                            with_noise: bool, purpose: str = "probe") -> list:
+        """``count`` stochastic gradients at ``w``, one per minibatch of the stream (seed, purpose, round, client)
+        (plus the client's injected noise when ``with_noise``): what a local step at ``w`` would use."""
+        batches = self.batches(rc, client, count, purpose=purpose)
+        noise = self._noise(rc, client, f"{purpose}/noise") if with_noise else None
+        out = []
+        with self._masks(rc, client, purpose):
+            for xb, yb in batches:
+                g = self.runner.module.functional.loss_grad(w, xb, yb)[1]
+                self.cost.gradients(len(yb))
+                if noise is not None:
+                    g = g + noise[0] * torch.randn(g.shape, generator=noise[1]).to(g.device, g.dtype)
+                out.append(g)
+        return out
+
+    @torch.no_grad()
+    def loss(self, client: int, w: torch.Tensor) -> float:
+        """F_i(w): the mean cross-entropy of the client's data at ``w`` with the global buffers (eval mode)."""
+        lo, hi = int(self.data.offsets[client]), int(self.data.offsets[client + 1])
+        self.runner.load(w, self.buffers)
+        return evaluate(self.runner.module, self.data.x[lo:hi], self.data.y[lo:hi], GRADIENT_CHUNK)[0]
 
     @contextmanager
     def _masks(self, rc: RoundContext, client: int, purpose: str):

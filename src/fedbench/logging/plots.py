@@ -25,3 +25,31 @@ def heatmap(matrix: np.ndarray, path: Path, xlabel: str, ylabel: str, title: str
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def probability_histogram(rounds: np.ndarray, probs: np.ndarray, path: Path, title: str, snapshots: int = 4) -> Path:
+    """Histograms of N p_i (1 = the uniform probability) at up to ``snapshots`` recorded rounds, first to last."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = probs.shape[1]
+    picks = sorted(set(np.linspace(0, len(rounds) - 1, min(snapshots, len(rounds))).round().astype(int).tolist()))
+    scaled = probs[picks] * n
+    top = max(float(scaled.max()), 1.0)
+    bins = np.linspace(0.0, top * 1.0001, 31)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    styles = ["-", "--", "-.", ":"]
+    for k, (i, row) in enumerate(zip(picks, scaled)):
+        ax.hist(row, bins=bins, histtype="step", linewidth=1.5, linestyle=styles[k % len(styles)],
+                label=f"round {int(rounds[i]) + 1}")
+    ax.axvline(1.0, color="grey", linewidth=0.8)
+    ax.set_xlabel("N x p_i (1 = uniform)")
+    ax.set_ylabel("clients")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

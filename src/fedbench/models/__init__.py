@@ -88,9 +88,11 @@ class LogReg(ZooModel):
 
 
 class MLP(ZooModel):
-    """Fully connected ReLU network, optionally with BatchNorm1d after each hidden layer."""
+    """Fully connected ReLU network, optionally with BatchNorm1d after each hidden layer and dropout before each
+    hidden ReLU (FedSRC's 784-64-10 MLP: Linear-Dropout(0.5)-ReLU, note A15)."""
 
-    def __init__(self, in_features: int, hidden: list[int], num_classes: int, batch_norm: bool = False):
+    def __init__(self, in_features: int, hidden: list[int], num_classes: int, batch_norm: bool = False,
+                 dropout: float = 0.0):
         super().__init__()
         layers: list[nn.Module] = []
         prev = in_features
@@ -98,14 +100,16 @@ class MLP(ZooModel):
             layers.append(nn.Linear(prev, h))
             if batch_norm:
                 layers.append(nn.BatchNorm1d(h))
+            if dropout > 0:
+                layers.append(SeededDropout(dropout))
             layers.append(nn.ReLU())
             prev = h
         self.body = nn.Sequential(*layers)
         self.final = nn.Linear(prev, num_classes)
-        self.per_layer = 3 if batch_norm else 2
+        self.per_layer = 2 + int(batch_norm) + int(dropout > 0)
 
     def block_list(self):
-        """One block per hidden layer (Linear[-BN]-ReLU; the first also flattens), then the output layer."""
+        """One block per hidden layer (Linear[-BN][-Dropout]-ReLU; the first also flattens), then the output."""
         if not len(self.body):
             return [nn.Flatten(1), self.final]
         k = self.per_layer
@@ -325,7 +329,9 @@ def _logreg(cfg: Any, input_shape: tuple, num_classes: int):
 
 @MODELS.register("mlp")
 def _mlp(cfg: Any, input_shape: tuple, num_classes: int):
-    return MLP(_numel(input_shape), list(cfg.hidden), num_classes, cfg.batch_norm), kaiming_relu_init_
+    require(0 <= cfg.hidden_dropout < 1, "model.hidden_dropout", f"{cfg.hidden_dropout}.", "use a value in [0, 1).")
+    return MLP(_numel(input_shape), list(cfg.hidden), num_classes, cfg.batch_norm, cfg.hidden_dropout), \
+        kaiming_relu_init_
 
 
 @MODELS.register("cnn_fmnist")

@@ -8,6 +8,10 @@ from fedbench.participation.base import AVAILABILITY, DROPOUT, SELECTION, LayerC
 from fedbench.participation import availability as _availability  # noqa: F401  (registers)
 from fedbench.participation import dropout as _dropout  # noqa: F401
 from fedbench.participation import selection as _selection  # noqa: F401
+from fedbench.participation import sampling as _sampling  # noqa: F401
+from fedbench.participation import fedsrc as _fedsrc  # noqa: F401
+from fedbench.participation import cluster as _cluster  # noqa: F401
+from fedbench.participation import power_of_choice as _power_of_choice  # noqa: F401
 from fedbench.participation.process import ParticipationProcess
 
 LAYERS = {"availability": AVAILABILITY, "selection": SELECTION, "dropout": DROPOUT}

@@ -108,15 +108,54 @@ class Availability(Layer):
         raise NotImplementedError
 
 
+class ClientOracle:
+    """What a selection rule may ask of the clients at the round's global model x_t before it draws (oracle and
+    probing samplers; implemented by the engine, ``fedbench.engine.oracle``). Every call is counted in the run's
+    costs: gradients as gradient evaluations, x_t sent to the client, the answer sent back."""
+
+    lr: float  # the round's client learning rate eta_L
+    server_lr: float  # the algorithm's eta
+    local_steps: int  # K
+
+    def local_update(self, client: int) -> Any:
+        """The client's K plain local SGD steps from x_t (a ``ClientUpdate``; its run is the one the client would
+        train this round, same batches)."""
+        raise NotImplementedError
+
+    def full_gradient(self, client: int) -> Any:
+        """grad F_i(x_t) over all the client's data, without injected gradient noise (a flat tensor)."""
+        raise NotImplementedError
+
+    def minibatch_variance(self, client: int, probes: int, with_noise: bool) -> float:
+        """Unbiased sample variance of ``probes`` minibatch gradients at x_t, E||g - mean||^2 (their own stream;
+        ``with_noise`` includes the client's injected gradient noise)."""
+        raise NotImplementedError
+
+    def noise_variance(self, client: int) -> float:
+        """E||nu_i||^2 of the gradient noise injected into the client's local steps (0 when none)."""
+        raise NotImplementedError
+
+    def loss(self, client: int) -> float:
+        """F_i(x_t), the mean loss over the client's data (a forward pass)."""
+        raise NotImplementedError
+
+
 class Selection(Layer):
     """Which available clients the server asks to train.
 
     Besides drawing, a rule states its conditional expected counts: ``expected(masks)`` gives E[count of i | A]
     for each availability mask (rows), and ``expected_forced(masks)`` the same with client i itself set available
-    (the Rao-Blackwellized form used for independent availability).
+    (the Rao-Blackwellized form used for independent availability; only where ``rao_blackwell``).
+    ``exact_expected`` is False where ``expected`` is itself a Monte-Carlo estimate.
+    A rule that draws from a probability vector returns it from ``probabilities()`` (logged each round).
     """
 
     adaptive = False  # True when probabilities depend on observed updates (the trace then differs per algorithm)
+    exact_expected = True
+    rao_blackwell = True
+    biased = False  # True: ``expected`` is a nominal rate, not the rule's inclusion probability
+    keeps_updates = False  # True: ``end_round`` receives the round's updates (the process holds them)
+    oracle: Optional[ClientOracle] = None  # set by the process before ``select`` when the engine provides one
 
     def select(self, t: int, available: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError
@@ -127,8 +166,18 @@ class Selection(Layer):
     def expected_forced(self, masks: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def observe(self, t: int, client: int, update: Any) -> None:
-        """Called with every completed client update (adaptive samplers use it)."""
+    def probabilities(self) -> Optional[np.ndarray]:
+        return None
+
+    def observe(self, t: int, client: int, update: Any, weight: float) -> None:
+        """Called with every completed client update and its aggregation weight."""
+
+    def end_round(self, t: int, updates: list) -> None:
+        """After the round's updates: ``updates`` lists (client, update, weight) when ``keeps_updates``."""
+
+    def round_stats(self) -> dict:
+        """Diagnostics for ``rounds.csv`` (the same keys every round)."""
+        return {}
 
 
 class Dropout(Layer):

@@ -16,12 +16,13 @@ Expected counts E[m_i] (the Horvitz-Thompson denominators) are
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from fedbench.errors import require
-from fedbench.participation.base import AVAILABILITY, DROPOUT, SELECTION, LayerContext, RoundParticipation
+from fedbench.participation.base import (AVAILABILITY, DROPOUT, SELECTION, ClientOracle, LayerContext,
+                                         RoundParticipation)
 from fedbench.participation.selection import All
 from fedbench.rng import numpy_rng
 
@@ -42,8 +43,13 @@ class ParticipationProcess:
                 f"use 0 (no fallback) up to {n}.")
         require(cfg.inclusion_samples >= 100, "participation.inclusion_samples", f"{cfg.inclusion_samples}.",
                 "use at least 100 Monte-Carlo draws.")
+        require(cfg.probabilities_every >= 1, "participation.probabilities_every", f"{cfg.probabilities_every}.",
+                "use >= 1 (rounds between full probability vectors in participation.npz).")
         self.drawn = 0  # rounds drawn so far
         self.last: RoundParticipation | None = None
+        self._stats: dict = {}
+        self._probabilities: list = []  # (round, p) every ``probabilities_every`` rounds
+        self._updates: list = []  # the round's (client, update, weight) for a rule that ``keeps_updates``
         self._trace = self._allocate(max(ctx.rounds, 1))
         self._cache: dict[bytes, np.ndarray] = {}
 
@@ -95,17 +101,18 @@ class ParticipationProcess:
     def _expected(self, t: int, raw: np.ndarray, first_full: bool) -> tuple[np.ndarray, bool]:
         avail, sel = self.availability, self.selection
         p_complete = self.dropout.p_complete
+        exact = sel.exact_expected and not sel.biased
         if first_full:
-            return sel.expected(np.ones((1, self.num_clients), dtype=bool))[0] * p_complete, True
+            return sel.expected(np.ones((1, self.num_clients), dtype=bool))[0] * p_complete, exact
         if avail.deterministic and raw.sum() >= self.cfg.min_available:
-            return sel.expected(raw[None])[0] * p_complete, True
+            return sel.expected(raw[None])[0] * p_complete, exact
         prob = avail.prob(t)
         if isinstance(sel, All) and prob is not None and self.cfg.min_available == 0:
             return prob * p_complete, True
         key = b"" if prob is None else prob.tobytes()
         if sel.adaptive or key not in self._cache:
             rng, m = self._rng("inclusion", t), self.cfg.inclusion_samples
-            if avail.independent and self.cfg.min_available == 0:
+            if avail.independent and sel.rao_blackwell and self.cfg.min_available == 0:
                 est = prob * sel.expected_forced(avail.sample(t, rng, m)).mean(axis=0)
             else:
                 masks = self._top_up(avail.sample(t, rng, m), rng)
@@ -115,8 +122,9 @@ class ParticipationProcess:
             self._cache[key] = est
         return self._cache[key] * p_complete, False
 
-    def round(self, t: int) -> RoundParticipation:
-        """Draw round t. Rounds must be drawn in order (availability may be a Markov chain)."""
+    def round(self, t: int, oracle: Optional[ClientOracle] = None) -> RoundParticipation:
+        """Draw round t. Rounds must be drawn in order (availability may be a Markov chain). ``oracle`` answers
+        the selection rule's questions to the clients at x_t (oracle and probing samplers)."""
         if t != self.drawn:
             raise RuntimeError(f"participation rounds must be drawn in order: expected {self.drawn}, got {t}")
         raw = self.availability.mask(t, self._rng("availability", t))
@@ -125,7 +133,9 @@ class ParticipationProcess:
             available = np.ones(self.num_clients, dtype=bool)
         else:
             available = self._top_up(raw[None], self._rng("availability/fallback", t))[0]
+        self.selection.oracle = oracle
         selected = np.asarray(self.selection.select(t, available, self._rng("selection", t)), dtype=np.int64)
+        self._log_probabilities(t)
         completed, steps = self.dropout.apply(t, selected, self.local_steps, self._rng("dropout", t))
         expected, exact = self._expected(t, raw, first_full)
         rp = RoundParticipation(t, available, selected, completed, steps, expected, expected_exact=exact)
@@ -133,17 +143,43 @@ class ParticipationProcess:
         self.drawn, self.last = t + 1, rp
         return rp
 
-    def observe(self, t: int, client: int, update: Any) -> None:
-        """Pass a completed client update to the selection rule (adaptive samplers learn from it)."""
-        self.selection.observe(t, client, update)
+    def _log_probabilities(self, t: int) -> None:
+        p = self.selection.probabilities()
+        self._stats = self.selection.round_stats()
+        if p is not None and t % self.cfg.probabilities_every == 0:
+            self._probabilities.append((t, np.asarray(p, dtype=np.float32).copy()))
+
+    def round_stats(self) -> dict:
+        """The selection rule's statistics of the round just drawn (e.g. the probability vector's summary)."""
+        return self._stats
+
+    def observe(self, t: int, client: int, update: Any, weight: float) -> None:
+        """Pass a completed client update and its aggregation weight to the selection rule; a rule that needs the
+        whole round's updates at once gets them in ``end_round`` (held here, references, for the round only)."""
+        self.selection.observe(t, client, update, weight)
+        if self.selection.keeps_updates:
+            self._updates.append((client, update, weight))
 
     def end_round(self, t: int) -> None:
-        if self.selection.adaptive:
-            self.selection.end_round(t)
+        updates, self._updates = self._updates, []
+        self.selection.end_round(t, updates)
+        self.selection.oracle = None
+
+    def probability_snapshots(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rounds (k,), probabilities (k, N)) recorded every ``probabilities_every`` rounds (empty without)."""
+        if not self._probabilities:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, self.num_clients), dtype=np.float32)
+        rounds, ps = zip(*self._probabilities)
+        return np.asarray(rounds, dtype=np.int64), np.stack(ps)
 
     def trace_arrays(self) -> dict[str, np.ndarray]:
-        """The drawn trace as dense rounds x clients arrays (for ``participation.npz`` and plots)."""
-        return {k: v[: self.drawn] for k, v in self._trace.items()}
+        """The drawn trace as dense rounds x clients arrays (for ``participation.npz`` and plots), plus the
+        selection probabilities every ``probabilities_every`` rounds where the rule has them."""
+        out = {k: v[: self.drawn] for k, v in self._trace.items()}
+        rounds, ps = self.probability_snapshots()
+        if rounds.size:
+            out["probability_rounds"], out["probabilities"] = rounds, ps
+        return out
 
     def trace_image(self, max_rows: int = 1000) -> np.ndarray:
         """Rounds x clients codes 0 unavailable, 1 available, 2 selected, 3 completed (rows binned to max_rows)."""

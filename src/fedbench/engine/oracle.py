@@ -1,0 +1,57 @@
+"""The client oracle of a round: what a selection rule may ask the clients at x_t before drawing (FedSRC oracle
+modes, FedSRC-D's variance probes, Power-of-Choice's losses). Each question is counted as the clients would pay
+for it: x_t sent (unless the client already holds it this round), the gradients computed, the answer sent back."""
+
+from __future__ import annotations
+
+import torch
+
+from fedbench.engine.trainer import ClientTrainer
+from fedbench.participation.base import ClientOracle
+from fedbench.records import RoundContext
+
+SCALAR = torch.zeros(1)  # one float sent back
+
+
+class EngineOracle(ClientOracle):
+    def __init__(self, trainer: ClientTrainer, t: int, lr: float, x: torch.Tensor, server_lr: float,
+                 local_steps: int):
+        self.trainer, self.x = trainer, x
+        self.rc = RoundContext(round=t, lr=lr, part=None)
+        self.lr, self.server_lr, self.local_steps = lr, server_lr, local_steps
+
+    @property
+    def cost(self):
+        return self.trainer.cost
+
+    def local_update(self, client):
+        self.cost.download(self.x)
+        update = self.trainer.train(self.rc, client, self.local_steps, self.x)
+        self.cost.upload(SCALAR)
+        return update
+
+    def full_gradient(self, client):
+        self.cost.download(self.x)
+        g = self.trainer.gradient(self.rc, client, self.x, purpose="oracle/gradient")
+        self.cost.upload(g)
+        return g
+
+    def minibatch_variance(self, client, probes, with_noise):
+        """Unbiased sample variance (1/(R-1)) sum_r ||g_r - mean||^2 of R minibatch gradients at x_t; exactly 0,
+        with nothing computed, for noiseless full-batch steps (a batch is then the client's whole data)."""
+        n = int(self.trainer.data.sizes[client])
+        if self.trainer.batch_size >= n and not (with_noise and self.noise_variance(client) > 0):
+            return 0.0
+        grads = torch.stack(self.trainer.minibatch_gradients(self.rc, client, self.x, probes, with_noise))
+        self.cost.upload(SCALAR)
+        return float(((grads - grads.mean(0)) ** 2).sum() / (probes - 1))
+
+    def noise_variance(self, client):
+        std = self.trainer.noise_std
+        return 0.0 if std is None else float(std[client]) ** 2 * self.x.numel()
+
+    def loss(self, client):
+        self.cost.download(self.x)
+        value = self.trainer.loss(client, self.x)
+        self.cost.upload(SCALAR)
+        return value
