@@ -344,20 +344,38 @@ def test_summary_reports_memory_and_scaffold_uploads_twice(tiny_cfg, tmp_path):
     ("mimic_fmnist", ("partition.classes_per_client=2",)),
     ("arbitrary_fmnist", ("algo.warmup_rounds=1",)),
     ("fedamd_fmnist", ("participation.selection.clients_per_round=4", "algo.p=0.5")),
+    ("fedsrc_fmnist", ("participation.selection.clients_per_round=4",)),
+    ("fedsrc_fmnist_small", ("participation.selection.clients_per_round=4", "participation/selection=fedsrc_g")),
+    ("fedsrc_synthetic_small", ("dataset.num_users=10",)),
 ])
 def test_paper_experiment_presets_run_a_round_at_tiny_scale(experiment, extra, tmp_path):
     from conftest import compose
     from helpers import write_fake_mnist
 
     write_fake_mnist(tmp_path / "data" / "FashionMNIST" / "raw", n_train=400, n_test=50)
+    files = () if "synthetic" in experiment else ("dataset.system_dirs=[]",)  # fake FashionMNIST files only
     cfg = compose(f"experiment={experiment}", "partition.num_clients=10", "rounds=2", "client.local_steps=2",
-                  "dataset.system_dirs=[]", "partition.max_per_client=0", *extra)
+                  "partition.max_per_client=0", *files, *extra)
     sim = make_sim(cfg, tmp_path, tmp_path / "data")
     sim.initialize()
     before = sim.x.clone()
     for t in range(2):
         sim.round(t)
     assert torch.isfinite(sim.x).all() and not torch.equal(before, sim.x)
+
+
+@pytest.mark.parametrize("experiment", ["fedsrc_cifar10", "fedsrc_cifar10_small"])
+def test_fedsrc_cifar_presets_run_a_round_at_tiny_scale(experiment, tmp_path):
+    from conftest import compose
+    from helpers import write_fake_cifar
+
+    write_fake_cifar(tmp_path / "data", per_batch=40)
+    cfg = compose(f"experiment={experiment}", "partition.num_clients=8", "rounds=1", "client.local_steps=1",
+                  "client.batch_size=8", "participation.selection.clients_per_round=2")
+    sim = make_sim(cfg, tmp_path, tmp_path / "data")
+    before = sim.x.clone()
+    stats = sim.round(0)
+    assert torch.isfinite(sim.x).all() and not torch.equal(before, sim.x) and stats["p_entropy"] > 0
 
 
 @pytest.mark.parametrize("algo", [("algo=fedprox", "algo.mu=0.5"), ("algo=scaffold",)])

@@ -399,3 +399,18 @@ def test_probe_variance_estimates_the_injected_noise(tiny_cfg, tmp_path):
     estimates = [oracle.minibatch_variance(i, 20, with_noise=True) for i in range(10)]
     assert np.mean(estimates) == pytest.approx(0.04 * sim.dim, rel=0.1)  # d s^2; full batches add nothing
     assert oracle.minibatch_variance(0, 20, with_noise=False) == 0.0
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (("loss_targets=[0.5]",), "loss_targets"),
+    (("client.grad_noise=-1",), "client.grad_noise"),
+    (("participation=adaptive", "participation.selection.floor_mix=2"), "participation.selection.floor_mix"),
+    (("participation=adaptive", "participation/selection=fedsrc_d", "participation.selection.probes=1"),
+     "participation.selection.probes"),
+    (("participation=adaptive", "participation/selection=power_of_choice", "participation.selection.candidates=2"),
+     "participation.selection.candidates"),
+    (("participation.probabilities_every=0",), "participation.probabilities_every"),
+])
+def test_bad_sampler_and_noise_options_name_the_key(tiny_cfg, tmp_path, overrides, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        make_sim(tiny_cfg(*overrides), tmp_path)
