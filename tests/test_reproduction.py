@@ -68,7 +68,7 @@ def test_fedamd_fmnist_preset_costs_follow_the_papers_table2_conventions(tmp_pat
 @pytest.mark.slow
 def test_fedsrc_synthetic_small_samplers_train_and_pay_their_oracle_costs(tmp_path):
     """fedsrc_synthetic_small (20 LEAF Synthetic(1,1) users, S = 5, K = 5 full-batch steps, injected noise nu = 2),
-    150 of its 300 rounds, seeds 0-2: every sampler lowers the global training loss below the 0.7 target, and the
+    150 of its 300 rounds, seeds 0-2: every sampler at least halves the global training loss, and the
     oracle rules pay for what they ask each round (FedSRC-D: every client's full gradient, n in all; FedSRC-G:
     every client's K-step run, K n) on top of the selected clients' K n_i. The ordering of the samplers is not
     asserted: the measured table is in the README (issue 11)."""
@@ -89,4 +89,4 @@ def test_fedsrc_synthetic_small_samplers_train_and_pay_their_oracle_costs(tmp_pa
                 trained = 5 * int(sim.data.sizes[part.completed_ids].sum())
                 assert stats["grad_evals"] == trained + extra(n), (rule, t)
             final = sim.evaluate_train()[0]
-            assert final < 0.7 < start, (rule, seed, start, final)
+            assert final < start / 2, (rule, seed, start, final)

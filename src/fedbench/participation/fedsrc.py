@@ -23,7 +23,7 @@ import torch
 
 from fedbench.errors import ConfigError, require
 from fedbench.participation.base import SELECTION
-from fedbench.participation.sampling import ProbabilitySampler, Weights, WorScheme, client_weights
+from fedbench.participation.sampling import ProbabilitySampler, SamplerConfig, client_weights
 from fedbench.participation.selection import KEY
 
 
@@ -83,14 +83,9 @@ class FedSRCG(_Importance):
     """
 
     @dataclass
-    class Config:
+    class Config(SamplerConfig):
         kind: str = "fedsrc_g"
-        clients_per_round: int = 10
         mode: Mode = Mode.practical
-        weights: Weights = Weights.samples
-        replacement: bool = True
-        wor_scheme: WorScheme = WorScheme.pps
-        floor_mix: float = 0.0
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -115,8 +110,8 @@ class Scorer(Enum):
 
 
 class Reference(Enum):
-    sampled_mean = "sampled_mean"  # the unweighted mean of the participants' mean gradients (code, A8)
-    weighted_mean = "weighted_mean"  # their mean under the aggregation weights
+    weighted_mean = "weighted_mean"  # sum_j w_j g_j / sum_j w_j under the aggregation weights (paper scorer, §1.5)
+    sampled_mean = "sampled_mean"  # the unweighted mean of the participants' mean gradients (the code's c, A8)
 
 
 class Sigma(Enum):
@@ -134,29 +129,25 @@ class FedSRCD(_Importance):
     oracle: grad F_i(x_t) over each available client's data, grad f = sum q_i grad F_i / sum q_i over them,
     sigma_i^2 = E||nu_i||^2 of the injected gradient noise + the minibatch variance from ``probes`` gradients
     (exactly 0 when a batch is the client's whole data). practical (paper scorer): each participant's mean
-    gradient g_i = -Delta_i / (eta_L K_i), zeta_i = ||g_i - reference||, sigma_i^2 estimated at x_t by the client
-    from ``probes`` minibatch gradients (counted, one float sent); ``scorer=code`` is the official code's
-    (1 - beta) q_i ||g_i|| + beta q_i ||g_i - c|| with c the participants' mean.
+    gradient g_i = -Delta_i / (eta_L K_i), zeta_i = ||g_i - reference|| (``reference``: the participants'
+    aggregation-weighted mean, or their plain mean), sigma_i^2 estimated at x_t by the client from ``probes``
+    minibatch gradients (counted, one float sent); ``scorer=code`` is the official code's
+    (1 - beta) q_i ||g_i|| + beta q_i ||g_i - c|| with c the participants' plain mean.
     """
 
     keeps_updates = True
 
     @dataclass
-    class Config:
+    class Config(SamplerConfig):
         kind: str = "fedsrc_d"
-        clients_per_round: int = 10
         mode: Mode = Mode.practical
         scorer: Scorer = Scorer.paper
-        reference: Reference = Reference.sampled_mean
+        reference: Reference = Reference.weighted_mean  # scorer=paper; the code scorer uses the plain mean
         sigma: Sigma = Sigma.probe
         probes: int = 4
         smoothness: float = 1.0  # L in alpha1, alpha2 (unknown in practice; only the ratio matters)
         alpha_ratio: Optional[float] = None  # r = alpha1 / alpha2; null = from Eq. 17
         beta: float = 0.5  # scorer=code
-        weights: Weights = Weights.samples
-        replacement: bool = True
-        wor_scheme: WorScheme = WorScheme.pps
-        floor_mix: float = 0.0
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -218,7 +209,7 @@ class FedSRCD(_Importance):
         lr = self._oracle().lr
         ids = sorted(first)
         grads = torch.stack([-first[i][0].delta / (lr * max(first[i][0].steps, 1)) for i in ids])
-        if self.reference == Reference.weighted_mean:
+        if self.reference == Reference.weighted_mean and self.scorer == Scorer.paper:
             w = torch.tensor([first[i][1] for i in ids], dtype=grads.dtype, device=grads.device)
             ref = (w[:, None] * grads).sum(0) / w.sum() if float(w.sum()) > 0 else grads.mean(0)
         else:

@@ -170,19 +170,24 @@ def client_weights(kind, sizes) -> np.ndarray:
     return q / q.sum()
 
 
+@dataclass
+class SamplerConfig:
+    """The keys every probability sampler accepts (its ``Config`` extends this)."""
+
+    kind: str = "md"
+    clients_per_round: int = 10
+    weights: Weights = Weights.samples
+    replacement: bool = True
+    wor_scheme: WorScheme = WorScheme.pps
+    floor_mix: float = 0.0
+
+
 @SELECTION.register("md")
 class MD(ProbabilitySampler):
     """Multinomial-distribution sampling (Li et al. 2020, scheme I; FedSRC note §1.2): p_i = q_i = n_i / n,
     S draws with replacement by default."""
 
-    @dataclass
-    class Config:
-        kind: str = "md"
-        clients_per_round: int = 10
-        weights: Weights = Weights.samples
-        replacement: bool = True
-        wor_scheme: WorScheme = WorScheme.pps
-        floor_mix: float = 0.0
+    Config = SamplerConfig
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
