@@ -46,7 +46,7 @@ class Oracle:
     def minibatch_variance(self, i, probes, with_noise):
         return 0.0  # full-batch steps
 
-    def loss(self, i):
+    def loss(self, i, samples=None):
         self.asked.append(i)
         return float(self.losses[i])
 

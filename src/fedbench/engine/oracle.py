@@ -50,8 +50,8 @@ class EngineOracle(ClientOracle):
         std = self.trainer.noise_std
         return 0.0 if std is None else float(std[client]) ** 2 * self.x.numel()
 
-    def loss(self, client):
+    def loss(self, client, samples=None):
         self.cost.download(self.x)
-        value = self.trainer.loss(client, self.x)
+        value = self.trainer.loss(self.rc, client, self.x, samples, purpose="oracle/loss")
         self.cost.upload(SCALAR)
         return value

@@ -96,13 +96,7 @@ class ClientTrainer:
         (``samples=None``), or over ``samples`` of them drawn without replacement from the explicit stream
         (seed, purpose, round, client). Un-augmented inputs, batch statistics with BN running statistics frozen,
         dropout masks from (seed, purpose/dropout, round, client). Costs n (or ``samples``) gradient evaluations."""
-        lo, hi = int(self.data.offsets[client]), int(self.data.offsets[client + 1])
-        n = hi - lo
-        if samples is None or samples >= n:
-            idx = torch.arange(lo, hi, device=self.data.x.device)
-        else:
-            perm = torch.randperm(n, generator=torch_rng(self.seed, purpose, rc.round, client))[:samples]
-            idx = (perm + lo).to(self.data.x.device)
+        idx = self._indices(rc, client, samples, purpose)
         total = torch.zeros_like(w)
         with self._masks(rc, client, purpose):
             for chunk in idx.split(GRADIENT_CHUNK):
@@ -128,11 +122,23 @@ class ClientTrainer:
         return out
 
     @torch.no_grad()
-    def loss(self, client: int, w: torch.Tensor) -> float:
-        """F_i(w): the mean cross-entropy of the client's data at ``w`` with the global buffers (eval mode)."""
-        lo, hi = int(self.data.offsets[client]), int(self.data.offsets[client + 1])
+    def loss(self, rc: RoundContext, client: int, w: torch.Tensor, samples: Optional[int] = None,
+             purpose: str = "loss") -> float:
+        """F_i(w): the mean cross-entropy of the client's data at ``w`` with the global buffers (eval mode), over
+        all its samples or ``samples`` of them drawn without replacement from (seed, purpose, round, client)."""
+        idx = self._indices(rc, client, samples, purpose)
         self.runner.load(w, self.buffers)
-        return evaluate(self.runner.module, self.data.x[lo:hi], self.data.y[lo:hi], GRADIENT_CHUNK)[0]
+        return evaluate(self.runner.module, self.data.x[idx], self.data.y[idx], GRADIENT_CHUNK)[0]
+
+    def _indices(self, rc: RoundContext, client: int, samples: Optional[int], purpose: str) -> torch.Tensor:
+        """The client's sample indices: all of them, or ``samples`` drawn from the stream (seed, purpose, round,
+        client)."""
+        lo, hi = int(self.data.offsets[client]), int(self.data.offsets[client + 1])
+        n = hi - lo
+        if samples is None or samples >= n:
+            return torch.arange(lo, hi, device=self.data.x.device)
+        perm = torch.randperm(n, generator=torch_rng(self.seed, purpose, rc.round, client))[:samples]
+        return (perm + lo).to(self.data.x.device)
 
     @contextmanager
     def _masks(self, rc: RoundContext, client: int, purpose: str):

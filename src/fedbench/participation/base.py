@@ -135,8 +135,8 @@ class ClientOracle:
         """E||nu_i||^2 of the gradient noise injected into the client's local steps (0 when none)."""
         raise NotImplementedError
 
-    def loss(self, client: int) -> float:
-        """F_i(x_t), the mean loss over the client's data (a forward pass)."""
+    def loss(self, client: int, samples: Optional[int] = None) -> float:
+        """F_i(x_t), the mean loss over the client's data, or over ``samples`` of them (a forward pass)."""
         raise NotImplementedError
 
 

@@ -1,8 +1,9 @@
 """Power-of-Choice (Cho et al., 2020; FedSRC note §1.6, A19): a biased baseline.
 
 Each round a candidate set of d available clients is drawn without replacement with probability proportional to
-q_i (``candidates``; 0 = 2S), each candidate reports its local loss F_i(x_t) (x_t sent, one float back, a forward
-pass over its data, all counted), and the S candidates with the highest loss train. Selection depends on the
+q_i (``candidates``; 0 = 2S), each candidate reports its local loss F_i(x_t) (x_t sent and one float back, counted;
+a forward pass over its data, or over ``loss_samples`` of them: Cho et al.'s computation-efficient cpow-d), and
+the S candidates with the highest loss train. Selection depends on the
 model, so its aggregate is **not** unbiased: no inclusion probability is known, and the round reports the nominal
 min(S, |A|)/|A| (as uniform sampling), flagged as not exact. With the unbiased aggregation and q uniform the
 weights are then 1/S: the simple average over the selected clients, as in Cho et al.
@@ -30,6 +31,7 @@ class PowerOfChoice(_Counted):
         kind: str = "power_of_choice"
         clients_per_round: int = 10
         candidates: int = 0  # d; 0 = 2 S (capped at N)
+        loss_samples: int = 0  # samples per candidate's loss estimate; 0 = all its data (pow-d)
         weights: Weights = Weights.samples
 
     def __init__(self, cfg, ctx):
@@ -38,6 +40,7 @@ class PowerOfChoice(_Counted):
         require(self.s <= self.d <= self.num_clients, f"{KEY}.candidates", f"{cfg.candidates}.",
                 f"use 0 (= 2S) or a value between clients_per_round ({self.s}) and the number of clients.")
         self.q = client_weights(cfg.weights, ctx.sizes)
+        require(cfg.loss_samples >= 0, f"{KEY}.loss_samples", f"{cfg.loss_samples}.", "use 0 (all data) or more.")
 
     def select(self, t, available, rng):
         if self.oracle is None:
@@ -48,6 +51,7 @@ class PowerOfChoice(_Counted):
         if d == 0:
             return ids
         candidates = ids[gumbel_top(np.log(self.q[ids]), d, rng)]
-        losses = np.array([self.oracle.loss(i) for i in candidates.tolist()])
+        samples = self.cfg.loss_samples or None
+        losses = np.array([self.oracle.loss(i, samples) for i in candidates.tolist()])
         order = np.lexsort((candidates, -losses))  # highest loss first, ties by id
         return np.sort(candidates[order[: min(self.s, d)]])
