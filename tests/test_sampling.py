@@ -61,6 +61,7 @@ def skew(sel, n):
 UNBIASED = [
     ("md", {}),
     ("md", {"selection.replacement": "false"}),
+    ("md", {"selection.floor_mix": 0.5, "selection.weights": "uniform"}),
     ("md", {"selection.weights": "uniform", "selection.replacement": "false", "selection.clients_per_round": 5}),
     ("adaptive", {"participation/selection": "fedsrc_g"}),
     ("adaptive", {"participation/selection": "fedsrc_g", "selection.replacement": "false"}),
