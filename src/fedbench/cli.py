@@ -8,15 +8,21 @@ way.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
 import sys
+import traceback
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import hydra
 from hydra import compose, initialize_config_dir
+from hydra.experimental.callback import Callback
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
@@ -132,28 +138,135 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def run_job(cfg: DictConfig) -> Optional[float]:
-    """One Hydra job: build the simulation, run it, write results; W&B is always finished."""
-    from fedbench.engine.simulation import Simulation
-    from fedbench.logging import RunLogger
+def _write_failure(run_dir: Path, cfg: DictConfig, reason: str, summary: Optional[dict] = None) -> None:
+    """Record a failed job's status (best effort: the directory may be what failed). Without a ``summary`` of
+    this job's own progress, an existing ``summary.json`` (another run's results) is left alone."""
+    from fedbench.logging.run_logger import write_json
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    root = Path(to_absolute_path(cfg.data.root))
-    logger, code = None, 1
+    if summary is None and (run_dir / "summary.json").exists():
+        return
+    record = summary or {"algorithm": cfg.algo.name, "seed": int(cfg.seed), "rounds": 0}
     try:
-        sim = Simulation(cfg, run_dir, root)
-        logger = RunLogger(run_dir, cfg)
-        summary = sim.run(logger)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(run_dir / "summary.json", {**record, "status": "failed", "reason": reason})
+    except OSError:
+        pass
+
+
+def _drop_if_empty(fresh_dir: Path, run_dir: Path) -> None:
+    """Remove the directory Hydra made for this job when the job continued another run's directory."""
+    if fresh_dir.resolve() == run_dir.resolve() or not fresh_dir.is_dir():
+        return
+    if all(p.name == ".hydra" or p.suffix == ".log" for p in fresh_dir.iterdir()):
+        shutil.rmtree(fresh_dir, ignore_errors=True)
+
+
+def run_job(cfg: DictConfig) -> Optional[float]:
+    """One Hydra job: decide its directory (fresh or resumed), build the simulation, run it under the stop
+    signals, write results. A failure is recorded in ``summary.json`` (status failed, the reason) and, in a
+    multirun, does not stop the sweep; W&B is always finished."""
+    from fedbench.checkpoint import Checkpointer
+    from fedbench.engine.simulation import RunControl, Simulation
+    from fedbench.logging import RunLogger
+    from fedbench.runs import Interrupted, StopSignals, plain_config, plan
+
+    hydra_cfg = HydraConfig.get()
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    fresh_dir = run_dir = Path(hydra_cfg.runtime.output_dir)
+    root = Path(to_absolute_path(cfg.data.root))
+    logger, sim, code, signals = None, None, 1, StopSignals()
+    try:
+        job = plan(cfg, fresh_dir, Path(to_absolute_path("outputs")),
+                   requeued=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0)
+        run_dir = job.run_dir
+        _drop_if_empty(fresh_dir, run_dir)
+        if job.note:
+            print(f"fedbench: {job.note}", flush=True)
+        if job.completed:
+            code = 0
+            return None
+        ckpt = job.checkpoint
+        sim = Simulation(cfg, run_dir, root, resume=ckpt is not None)
+        if ckpt is not None:
+            sim.load_state_dict(ckpt)
+        logger = RunLogger(run_dir, cfg, resume_round=None if ckpt is None else ckpt["round"],
+                           wandb_id=None if ckpt is None else ckpt.get("wandb_id"))
+        control = RunControl(Checkpointer(run_dir, cfg.checkpoint_keep), json.dumps(plain_config(cfg)),
+                             signals.reason)
+        _ACTIVE.append(signals)
+        with signals:
+            summary = sim.run(logger, control)
         logger.write_summary(summary)
-        logger.print(f"[{cfg.algo.name}] results in {run_dir}")
+        logger.print(f"[{cfg.algo.name}] {summary['status']}"
+                     + (f" ({summary['reason']})" if summary["reason"] else "") + f": results in {run_dir}")
         code = 0
+        if summary["status"] == "interrupted":
+            raise SystemExit(signals.exit_code)
         return summary["final_test_acc"]
+    except Interrupted as stop:
+        reason = f"{stop} (second signal) during round {sim.next_round + 1 if sim else 0}; resume=true restarts " \
+                 "from the latest checkpoint"
+        if logger is not None:
+            logger.write_summary(sim.summary(sim.elapsed, "interrupted", reason))
+        print(f"fedbench: stopped at once: {reason}", file=sys.stderr, flush=True)
+        raise SystemExit(128 + stop.signum) from None
     except FedbenchError as exc:
-        fail(str(exc))
+        _write_failure(run_dir, cfg, str(exc), sim.summary(sim.elapsed) if logger is not None else None)
+        if not multirun:
+            fail(str(exc))
+        print(f"fedbench: error: job {run_dir.name}: {exc}", file=sys.stderr, flush=True)
+    except Exception as exc:  # a bug or a runtime failure: recorded with its traceback, the sweep goes on
+        reason = f"{type(exc).__name__}: {exc}"
+        _write_failure(run_dir, cfg, reason, sim.summary(sim.elapsed) if logger is not None else None)
+        trace = run_dir / "error.log"
+        try:
+            trace.write_text(traceback.format_exc())
+        except OSError:
+            trace = None
+        message = f"job failed: {reason}" + (f" (traceback in {trace})" if trace else "")
+        if not multirun:
+            print(f"fedbench: error: {message}", file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
+        print(f"fedbench: error: job {run_dir.name}: {message}", file=sys.stderr, flush=True)
     finally:
+        if signals in _ACTIVE:
+            _ACTIVE.remove(signals)
         if logger is not None:
             logger.finish(code)
     return None
+
+
+#: The stop-signal handlers of the job running in this process (a scheduler's pre-emption hook asks them to stop).
+_ACTIVE: list = []
+
+
+class SweepTable(Callback):
+    """At the end of a multirun: one line per job (status, final accuracy, reason), from the jobs' summaries;
+    ``SWEEP_FAILED`` then says whether a job failed for a reason other than divergence."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep = Path(to_absolute_path(config.hydra.sweep.dir))
+        jobs = sorted((d for d in sweep.iterdir() if d.is_dir() and (d / ".hydra").is_dir()),
+                      key=lambda d: (len(d.name), d.name)) if sweep.is_dir() else []
+        rows = []
+        for job in jobs:
+            try:
+                summary = json.loads((job / "summary.json").read_text())
+            except (OSError, ValueError):
+                summary = {"status": "failed", "reason": "no summary.json (the job died)"}
+            rows.append((job.name, summary.get("status", "completed"), summary.get("final_test_acc"),
+                         summary.get("reason") or ""))
+        SWEEP_FAILED[:] = [name for name, status, _, _ in rows if status not in ("completed", "diverged")]
+        width = max([len(r[0]) for r in rows] + [3])
+        print(f"\nfedbench: sweep {sweep}: {len(rows)} jobs", flush=True)
+        print(f"  {'job':<{width}}  {'status':<11}  {'test_acc':>8}  reason")
+        for name, status, acc, reason in rows:
+            acc = f"{acc:.4f}" if isinstance(acc, (int, float)) else "-"
+            print(f"  {name:<{width}}  {status:<11}  {acc:>8}  {reason}", flush=True)
+
+
+#: Jobs of the last multirun that failed (not diverged); ``main`` exits non-zero when there are any.
+SWEEP_FAILED: list = []
 
 
 def main() -> None:
@@ -162,3 +275,6 @@ def main() -> None:
     if message:
         fail(message)
     hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=CONFIG_NAME)(run_job)()
+    if SWEEP_FAILED:
+        print(f"fedbench: error: {len(SWEEP_FAILED)} job(s) failed: {', '.join(SWEEP_FAILED)}", file=sys.stderr)
+        raise SystemExit(1)

@@ -108,20 +108,22 @@ class Algorithm:
         self._tables[name] = self.ctx.store.table(f"{self.cfg.name}/{name}", dim or self.ctx.dim, rows, dense)
         return self._tables[name]
 
-    def state_dict(self) -> Dict[str, torch.Tensor]:
+    def state_dict(self, tables: bool = True) -> Dict[str, torch.Tensor]:
+        """Declared state (copies); with ``tables`` also the client tables' rows (a run's checkpoint saves those
+        through the client-state store instead, which keeps memmap tables by reference)."""
         out = {k: v.detach().clone() for k, v in self._state.items()}
-        for name, table in self._tables.items():
+        for name, table in self._tables.items() if tables else ():
             out.update({f"clients/{name}/{k}": v.clone() for k, v in table.state().items()})
         return out
 
-    def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
-        tables = {f"clients/{name}/{k}" for name in self._tables for k in ("ids", "rows")}
-        missing = (set(self._state) | tables) ^ set(state)
+    def load_state_dict(self, state: Dict[str, torch.Tensor], tables: bool = True) -> None:
+        names = {f"clients/{name}/{k}" for name in self._tables for k in ("ids", "rows")} if tables else set()
+        missing = (set(self._state) | names) ^ set(state)
         if missing:
             raise KeyError(f"state keys differ: {sorted(missing)}")
         for k, v in self._state.items():
             v.copy_(state[k])
-        for name, table in self._tables.items():
+        for name, table in self._tables.items() if tables else ():
             table.load({k: state[f"clients/{name}/{k}"] for k in ("ids", "rows")})
 
     def server_state_bytes(self) -> int:

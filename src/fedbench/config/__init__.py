@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import secrets
+
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from fedbench.config import schema
 
 _registered = False
+#: Makes output directories unique per process (two identical jobs started in the same second differ).
+_UID = f"{os.getpid() % 100000:05d}{secrets.token_hex(2)}"
 
 
 def register_configs() -> None:
@@ -17,6 +23,7 @@ def register_configs() -> None:
     from fedbench.algorithms import ALGORITHMS
     from fedbench.participation import LAYERS
 
+    OmegaConf.register_new_resolver("uid", lambda: _UID, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="root_schema", node=schema.RootConfig)
     cs.store(group="schema/dataset", name="image", node=schema.ImageDatasetConfig)

@@ -211,6 +211,10 @@ class RootConfig:
     seed: int = 0
     rounds: int = 50
     eval_every: int = 10
+    checkpoint_every: Optional[int] = None  # rounds between checkpoints; null = at each evaluation, 0 = only at stops
+    checkpoint_keep: int = 2  # newest checkpoints kept
+    resume: Optional[str] = None  # true: continue this config's latest run (or start it); a run dir: continue it
+    divergence_factor: Optional[float] = 10.0  # stop when test loss > factor x initial test loss; null = off
     targets: List[float] = field(default_factory=list)
     loss_targets: List[float] = field(default_factory=list)  # global training losses (needs engine.eval_train)
     client: ClientConfig = field(default_factory=ClientConfig)

@@ -12,10 +12,16 @@ so every algorithm gets the same backends and accounting:
 Unwritten rows read as zeros. ``summary.json`` reports the bytes held (``client_state``). A table may have its
 own number of rows (e.g. GradMA's m memory slots) and be ``dense``: one (rows, d) tensor allocated up front, so
 that ``matrix()`` hands the whole table to a matrix product without copies (a memmap table is dense already).
+
+Checkpoints (``snapshot`` / ``restore``): in-memory tables are copied into the checkpoint; memmap tables are kept
+by reference. Their files are flushed at each checkpoint, and from then on the first write to a row appends the
+row's previous value to an undo log (``<table>.undo``, tagged with the checkpoint's round), so a run killed between
+checkpoints is rolled back to its latest checkpoint exactly; older checkpoints cannot restore a memmap table.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -25,16 +31,21 @@ import torch
 
 class ClientTable:
     def __init__(self, name: str, num_clients: int, dim: int, device: torch.device, folder: Optional[Path],
-                 dense: bool = False):
+                 dense: bool = False, reuse: bool = False):
         self.name, self.num_clients, self.dim, self.device = name, num_clients, dim, device
         self.seen = np.zeros(num_clients, dtype=bool)
         self.rows: Dict[int, torch.Tensor] = {}
         self.array = None
         self.dense = torch.zeros(num_clients, dim, device=device) if dense and folder is None else None
+        self.undo_path: Optional[Path] = None
+        self._logged: Optional[set] = None  # rows whose pre-checkpoint value is in the undo log (None: no log)
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"{name.replace('/', '.')}.f32"
-            self.array = np.memmap(path, dtype=np.float32, mode="w+", shape=(num_clients, dim))
+            self.undo_path = path.with_suffix(".undo")
+            size = num_clients * dim * 4
+            mode = "r+" if reuse and path.is_file() and path.stat().st_size == size else "w+"
+            self.array = np.memmap(path, dtype=np.float32, mode=mode, shape=(num_clients, dim))
 
     def __contains__(self, client: int) -> bool:
         return bool(self.seen[client])
@@ -49,7 +60,22 @@ class ClientTable:
             return self.rows[client]
         return torch.from_numpy(np.array(self.array[client])).to(self.device)
 
+    def _before_write(self, client: int) -> None:
+        """Undo log: the row's value as of the latest checkpoint, saved before its first change since then."""
+        if self._logged is None or client in self._logged:
+            return
+        entry = np.zeros(1, dtype=self._undo_dtype())
+        entry["client"], entry["seen"], entry["row"] = client, self.seen[client], self.array[client]
+        with open(self.undo_path, "ab") as f:
+            f.write(entry.tobytes())
+        self._logged.add(client)
+
+    def _undo_dtype(self) -> np.dtype:
+        return np.dtype([("client", "<i8"), ("seen", "u1"), ("row", "<f4", (self.dim,))])
+
     def set(self, client: int, value: torch.Tensor) -> None:
+        if self.array is not None:
+            self._before_write(client)
         self.seen[client] = True
         if self.dense is not None:
             self.dense[client].copy_(value.detach())
@@ -60,6 +86,8 @@ class ClientTable:
 
     def discard(self, client: int) -> None:
         """Forget ``client``'s row (it reads as zeros again and no longer counts in ``nbytes``)."""
+        if self.array is not None:
+            self._before_write(client)
         self.seen[client] = False
         self.rows.pop(client, None)
         if self.dense is not None:
@@ -98,14 +126,53 @@ class ClientTable:
         for i, row in zip(state["ids"].tolist(), state["rows"]):
             self.set(i, row)
 
+    def snapshot(self, round: int) -> dict:
+        """The table's part of a checkpoint at ``round``: its rows, or for a memmap table the flushed file by
+        reference (``commit`` starts its undo log once the checkpoint is on disk)."""
+        if self.array is None:
+            return {k: v.cpu() for k, v in self.state().items()}
+        self.array.flush()
+        return {"memmap": str(self.array.filename), "seen": self.seen.copy(), "round": round}
+
+    def commit(self, round: int) -> None:
+        """The checkpoint of ``round`` is on disk: log, from now on, the rows changed since it."""
+        if self.array is None:
+            return
+        tmp = self.undo_path.with_suffix(".undo.tmp")
+        tmp.write_bytes(np.array([round], dtype="<i8").tobytes())
+        os.replace(tmp, self.undo_path)
+        self._logged = set()
+
+    def restore(self, snap: dict) -> None:
+        if "memmap" not in snap:
+            self.load({"ids": snap["ids"], "rows": snap["rows"]})
+            return
+        if self.array is None:
+            raise ValueError(f"client-state table '{self.name}' was checkpointed on the memmap backend")
+        blob = self.undo_path.read_bytes() if self.undo_path.is_file() else b""
+        tag = int(np.frombuffer(blob[:8], dtype="<i8")[0]) if len(blob) >= 8 else None
+        if tag is None or tag > snap["round"]:
+            raise ValueError(f"client-state table '{self.name}': its file is past the checkpoint of round "
+                             f"{snap['round']} (a memmap table restores only to the latest checkpoint)")
+        if tag == snap["round"]:  # rows changed after the checkpoint: put their logged values back
+            dtype = self._undo_dtype()
+            n = (len(blob) - 8) // dtype.itemsize  # a torn last entry was never applied to the file
+            for entry in np.frombuffer(blob[8:8 + n * dtype.itemsize], dtype=dtype)[::-1]:
+                self.array[int(entry["client"])] = entry["row"]
+        # tag < round: killed between writing the checkpoint and ``commit``; the file is the checkpoint's state
+        self.seen[:] = snap["seen"]
+        self.array.flush()
+        self.commit(snap["round"])
+
 
 class ClientStateStore:
     def __init__(self, num_clients: int, device: torch.device, backend: str = "memory",
-                 folder: Optional[Path] = None):
+                 folder: Optional[Path] = None, reuse: bool = False):
         if backend not in ("memory", "memmap"):
             raise ValueError(f"unknown client-state backend {backend!r}")
         self.num_clients, self.device, self.backend = num_clients, device, backend
         self.folder = Path(folder) if folder is not None else None
+        self.reuse = reuse  # open existing memmap files (resuming) instead of zeroing them
         self.tables: Dict[str, ClientTable] = {}
 
     def table(self, name: str, dim: int, rows: Optional[int] = None, dense: bool = False) -> ClientTable:
@@ -113,7 +180,8 @@ class ClientStateStore:
         if name in self.tables:
             raise ValueError(f"client-state table '{name}' declared twice")
         folder = self.folder if self.backend == "memmap" else None
-        self.tables[name] = ClientTable(name, rows or self.num_clients, dim, self.device, folder, dense)
+        self.tables[name] = ClientTable(name, rows or self.num_clients, dim, self.device, folder, dense,
+                                        self.reuse)
         return self.tables[name]
 
     def report(self) -> Dict[str, object]:
@@ -123,3 +191,16 @@ class ClientStateStore:
             "bytes": sum(t.nbytes for t in self.tables.values()),
             "tables": {name: int(t.seen.sum()) for name, t in self.tables.items()},
         }
+
+    def snapshot(self, round: int) -> dict:
+        return {name: t.snapshot(round) for name, t in self.tables.items()}
+
+    def commit(self, round: int) -> None:
+        for t in self.tables.values():
+            t.commit(round)
+
+    def restore(self, snap: dict) -> None:
+        if set(snap) != set(self.tables):
+            raise ValueError(f"client-state tables differ: checkpoint {sorted(snap)}, run {sorted(self.tables)}")
+        for name, t in self.tables.items():
+            t.restore(snap[name])

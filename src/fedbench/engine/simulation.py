@@ -5,13 +5,15 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Dict
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 import torch
 from omegaconf import DictConfig
 
 from fedbench.algorithms import ALGORITHMS, AlgoContext
+from fedbench.checkpoint import Checkpointer
 from fedbench.config.schema import NoiseSpread
 from fedbench.data import FederatedData, build_federated
 from fedbench.engine.client_state import ClientStateStore
@@ -71,10 +73,21 @@ def noise_levels(cfg: DictConfig, n: int, data_seed: int):
     return nu * numpy_rng(data_seed, "grad_noise/levels").random(n)
 
 
-class Simulation:
-    """One federated training run. ``run()`` returns the summary dict (also written to ``summary.json``)."""
+@dataclass
+class RunControl:
+    """How a run is checkpointed and stopped: ``stop()`` returns why the run must stop after the current round
+    (e.g. "SIGTERM"), or None; ``config`` (the resolved config as JSON) is saved with each checkpoint."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, root: Path):
+    checkpointer: Optional[Checkpointer] = None
+    config: str = ""
+    stop: Callable[[], Optional[str]] = lambda: None
+
+
+class Simulation:
+    """One federated training run. ``run()`` returns the summary dict (also written to ``summary.json``);
+    ``resume=True`` opens existing memmap client-state files for ``load_state_dict`` instead of zeroing them."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, root: Path, resume: bool = False):
         validate(cfg)
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -98,7 +111,7 @@ class Simulation:
             n, seed, cfg.rounds, cfg.client.local_steps, self.data.sizes, self.data.attrs))
         state_dir = cfg.engine.client_state_dir
         self.store = ClientStateStore(n, self.device, cfg.engine.client_state.value,
-                                      Path(state_dir) if state_dir else self.run_dir / "client_state")
+                                      Path(state_dir) if state_dir else self.run_dir / "client_state", reuse=resume)
         algo_cls = ALGORITHMS.get_class(cfg.algo.name)
         if algo_cls.plain_sgd:
             for key in ("momentum", "weight_decay"):
@@ -111,6 +124,13 @@ class Simulation:
                                   [sum(p.numel() for p in b.parameters()) for b in model.blocks()])
         )
         self.init_cost = Cost().totals()
+        self.next_round = 0  # rounds done
+        self.history: list = []  # metrics.csv rows
+        self.window_losses: list = []  # training losses since the last evaluation
+        self.elapsed = 0.0  # seconds spent in the rounds so far
+        self.empty_rounds = 0  # rounds in which no client completed
+        self.initial_test_loss: Optional[float] = None
+        self.nonfinite_loss = False  # a client's training loss in the last round was NaN or infinite
 
     @property
     def dim(self) -> int:
@@ -157,6 +177,7 @@ class Simulation:
         if buffer_weight > 0:
             self.buffers.copy_(new_buffers.div_(buffer_weight))
         losses = [v for v in losses if v is not None]
+        self.nonfinite_loss = not all(math.isfinite(v) for v in losses)
         return {"round": t + 1, "available": int(part.available.sum()), "selected": int(part.selected.size),
                 "completed": int(part.completed.sum()), "train_loss": float(np.mean(losses)) if losses else math.nan,
                 "lr": rc.lr, **{k: v for k, v in cost.since(before).items() if not k.startswith("bytes")},
@@ -182,17 +203,117 @@ class Simulation:
         self.trainer.runner.load(self.x, self.buffers)
         return evaluate(self.module, self.data.x, self.data.y, self.cfg.engine.eval_batch_size)
 
-    def run(self, logger: RunLogger) -> Dict[str, Any]:
-        cfg = self.cfg
-        history = []
-        window_losses = []
+    # ---- checkpoint ----------------------------------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        """Everything the rest of the run depends on (the streams are counter-based: the round number is their
+        state). Client tables are saved through the store (memmap tables by reference)."""
+        r = self.next_round
+        return {
+            "round": r, "x": self.x, "buffers": self.buffers,
+            "algorithm": self.algo.state_dict(tables=False), "client_state": self.store.snapshot(r),
+            "participation": self.participation.state_dict(), "cost": self.trainer.cost.totals(),
+            "history": self.history, "window_losses": self.window_losses, "init_cost": self.init_cost,
+            "elapsed": self.elapsed, "empty_rounds": self.empty_rounds, "initial_test_loss": self.initial_test_loss,
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.next_round = int(state["round"])
+        self.x.copy_(state["x"])
+        self.buffers.copy_(state["buffers"])
+        self.algo.load_state_dict(state["algorithm"], tables=False)
+        self.store.restore(state["client_state"])
+        self.participation.load_state_dict(state["participation"])
+        for k, v in state["cost"].items():
+            setattr(self.trainer.cost, k, int(v))
+        self.history, self.window_losses = list(state["history"]), list(state["window_losses"])
+        self.init_cost, self.elapsed = state["init_cost"], float(state["elapsed"])
+        self.empty_rounds, self.initial_test_loss = int(state["empty_rounds"]), state["initial_test_loss"]
+
+    def checkpoint(self, control: "RunControl", logger: RunLogger) -> None:
+        if control.checkpointer is None:
+            return
+        logger.flush()  # the CSV rows up to this round are on disk before the checkpoint that keeps them
+        control.checkpointer.save(self.next_round, {**self.state_dict(), "config": control.config,
+                                                    "wandb_id": logger.run_id})
+        self.store.commit(self.next_round)
+
+    # ---- the run --------------------------------------------------------------------------------------------
+    def _divergence(self, stats: Dict[str, Any]) -> Optional[str]:
+        r = stats["round"]
+        if self.nonfinite_loss:
+            return f"the training loss of round {r} is not finite"
+        if not bool(torch.isfinite(self.x).all()):
+            return f"the global model has non-finite parameters after round {r}"
+        return None
+
+    def _test_divergence(self, test_loss: float, r: int) -> Optional[str]:
+        if not math.isfinite(test_loss):
+            return f"the test loss at round {r} is not finite"
+        factor = self.cfg.divergence_factor
+        if factor is not None and self.initial_test_loss is not None and test_loss > factor * self.initial_test_loss:
+            return (f"the test loss at round {r} ({test_loss:.4g}) exceeds divergence_factor={factor:g} x the "
+                    f"initial test loss ({self.initial_test_loss:.4g})")
+        return None
+
+    def run(self, logger: RunLogger, control: Optional["RunControl"] = None) -> Dict[str, Any]:
+        """Rounds ``next_round`` .. ``rounds`` - 1 (all of them unless a checkpoint was loaded); returns the summary,
+        whose ``status`` is completed, diverged (``reason`` says what) or interrupted (a stop request)."""
+        cfg, control = self.cfg, control or RunControl()
         name = cfg.algo.name
+        resumed = self.next_round > 0
         logger.print(f"[{name}] {self.data.name}: {self.data.num_clients} clients, {self.dim:,} parameters, "
-                     f"{cfg.rounds} rounds, device {self.device}")
+                     f"{cfg.rounds} rounds, device {self.device}"
+                     + (f" (resumed at round {self.next_round})" if resumed else ""))
         png = heatmap(self.data.label_hist, self.run_dir / "partition.png", "label", "client",
                       f"{self.data.name} / {cfg.partition.name}: samples per client and label")
         logger.log_image("partition/label_histogram", png)
         np.save(self.run_dir / "label_hist.npy", self.data.label_hist)
+        if not resumed:
+            self._start(logger)
+        every = cfg.eval_every if cfg.checkpoint_every is None else cfg.checkpoint_every
+        status, reason = "completed", None
+        clock = time.perf_counter() - self.elapsed  # the rounds' clock, continued across a resume
+        for t in range(self.next_round, cfg.rounds):
+            stats = self.round(t)
+            self.next_round = r = t + 1
+            if stats["completed"] == 0:
+                self.empty_rounds += 1
+                if self.empty_rounds == 1:
+                    logger.print(f"[{name}] warning: no client completed round {r}; such rounds are counted in "
+                                 "summary.json (empty_rounds)")
+            logger.log_round(stats)
+            self.window_losses.append(stats["train_loss"])
+            reason = self._divergence(stats)
+            if r % cfg.eval_every == 0 or r == cfg.rounds or reason:
+                row = self._evaluate_row(stats, r, time.perf_counter() - clock)
+                logger.log_eval(row)
+                reason = reason or self._test_divergence(row["test_loss"], r)
+                self.elapsed = time.perf_counter() - clock
+                logger.write_summary(self.summary(self.elapsed, "diverged" if reason else "running", reason))
+                logger.print(f"[{name}] round {r:>5}/{cfg.rounds} | train_loss {row['train_loss']:.4f} | "
+                             f"test_loss {row['test_loss']:.4f} | test_acc {row['test_acc']:.4f} | "
+                             f"elapsed {row['wall_time']:6.1f}s | {r / max(row['wall_time'], 1e-9):6.2f} rounds/s")
+            if reason:
+                status = "diverged"
+                logger.print(f"[{name}] stopping: diverged ({reason})")
+                break
+            stop = control.stop()
+            self.elapsed = time.perf_counter() - clock
+            if stop or (every and r % every == 0 and r < cfg.rounds):
+                self.checkpoint(control, logger)
+            if stop:
+                status, reason = "interrupted", f"{stop} at round {r}; resume with resume=true"
+                logger.print(f"[{name}] {stop}: stopped after round {r}, checkpoint written")
+                break
+        self.elapsed = time.perf_counter() - clock
+        if status == "completed":
+            self.checkpoint(control, logger)
+        self._write_participation(logger)
+        return self.summary(self.elapsed, status, reason)
+
+    def _start(self, logger: RunLogger) -> None:
+        """Before round 0: the algorithm's initialization and, for the divergence test, the initial test loss."""
+        name = self.cfg.algo.name
         init_start = time.perf_counter()
         self.init_cost = self.initialize()
         if any(self.init_cost.values()):
@@ -200,37 +321,30 @@ class Simulation:
             logger.print(f"[{name}] initialization (not counted in the rounds): {self.init_cost['grad_evals']:,} "
                          f"gradient evaluations, {self.init_cost['floats_up']:,} floats up, "
                          f"{self.init_cost['floats_down']:,} floats down, {self.init_cost['wall_time_s']:.1f}s")
-        start = time.perf_counter()  # the rounds' clock
-        for t in range(cfg.rounds):
-            stats = self.round(t)
-            logger.log_round(stats)
-            window_losses.append(stats["train_loss"])
-            r = t + 1
-            if r % cfg.eval_every == 0 or r == cfg.rounds:
-                test_loss, test_acc = self.evaluate()
-                elapsed = time.perf_counter() - start
-                finite = [v for v in window_losses if not math.isnan(v)]
-                row = {
-                    "round": r,
-                    "selected": stats["selected"],
-                    "completed": stats["completed"],
-                    "train_loss": float(np.mean(finite)) if finite else math.nan,
-                    "test_loss": test_loss,
-                    "test_acc": test_acc,
-                    "wall_time": elapsed,
-                    **self.trainer.cost.totals(),
-                }
-                if cfg.engine.eval_train:
-                    row["global_train_loss"], row["global_train_acc"] = self.evaluate_train()
-                window_losses = []
-                history.append(row)
-                logger.log_eval(row)
-                logger.print(f"[{name}] round {r:>5}/{cfg.rounds} | train_loss {row['train_loss']:.4f} | "
-                             f"test_loss {test_loss:.4f} | test_acc {test_acc:.4f} | elapsed {elapsed:6.1f}s | "
-                             f"{r / elapsed:6.2f} rounds/s")
-                if not math.isfinite(test_loss):
-                    logger.print(f"[{name}] stopping: the test loss is not finite (diverged)")
-                    break
+        if self.cfg.divergence_factor is not None:
+            self.initial_test_loss = self.evaluate()[0]
+
+    def _evaluate_row(self, stats: Dict[str, Any], r: int, elapsed: float) -> Dict[str, Any]:
+        test_loss, test_acc = self.evaluate()
+        finite = [v for v in self.window_losses if not math.isnan(v)]
+        row = {
+            "round": r,
+            "selected": stats["selected"],
+            "completed": stats["completed"],
+            "train_loss": float(np.mean(finite)) if finite else math.nan,
+            "test_loss": test_loss,
+            "test_acc": test_acc,
+            "wall_time": elapsed,
+            **self.trainer.cost.totals(),
+        }
+        if self.cfg.engine.eval_train:
+            row["global_train_loss"], row["global_train_acc"] = self.evaluate_train()
+        self.window_losses = []
+        self.history.append(row)
+        return row
+
+    def _write_participation(self, logger: RunLogger) -> None:
+        cfg = self.cfg
         np.savez_compressed(self.run_dir / "participation.npz", **self.participation.trace_arrays())
         png = heatmap(self.participation.trace_image(), self.run_dir / "participation.png", "client", "round",
                       f"{cfg.participation.name}: 0 unavailable, 1 available, 2 selected, 3 completed")
@@ -240,9 +354,9 @@ class Simulation:
             png = probability_histogram(rounds, probs, self.run_dir / "probabilities.png",
                                         f"{cfg.participation.selection.kind}: selection probabilities")
             logger.log_image("participation/probabilities", png)
-        return self.summary(history, time.perf_counter() - start)
 
-    def summary(self, history: list, wall: float) -> Dict[str, Any]:
+    def summary(self, wall: float, status: str = "completed", reason: Optional[str] = None) -> Dict[str, Any]:
+        history = self.history
         accs = [h["test_acc"] for h in history]
         best = int(np.argmax(accs)) if accs else None
         def reached(hit):
@@ -254,8 +368,13 @@ class Simulation:
                    for v in self.cfg.targets}
         loss_targets = {f"{v:g}": reached(next((h for h in history if h["global_train_loss"] <= v), None))
                         for v in self.cfg.loss_targets}
-        rounds_done = history[-1]["round"] if history else 0
+        rounds_done = self.next_round
         return {
+            "status": status,
+            "reason": reason,
+            "rounds_planned": int(self.cfg.rounds),
+            "empty_rounds": self.empty_rounds,
+            "initial_test_loss": self.initial_test_loss,
             "algorithm": self.cfg.algo.name,
             "dataset": self.data.name,
             "seed": int(self.cfg.seed),

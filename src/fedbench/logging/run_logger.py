@@ -1,7 +1,8 @@
 """Writes a run's results into its directory and, optionally, to Weights & Biases.
 
 Files (always): ``config.yaml`` (resolved), ``metrics.csv`` (one row per evaluation, flushed as it is written),
-``rounds.csv`` (per-round participation counts, training loss and learning rate), ``summary.json``. W&B
+``rounds.csv`` (per-round participation counts, training loss and learning rate), ``summary.json`` (strict JSON,
+rewritten atomically at each evaluation with ``status`` running and at the end). W&B
 (``logger=wandb``, offline by default) gets the same rows, the summary and images; runs of a sweep share a group
 derived from the config without the seed, and ``finish`` is always called.
 """
@@ -11,9 +12,10 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -32,13 +34,48 @@ def sweep_group(cfg: DictConfig) -> str:
     return f"{cfg.algo.name}-{cfg.dataset.name}-{digest}"
 
 
-class _CsvTable:
-    """A CSV file opened on its first row, whose columns are that row's keys."""
+def strict_json(value: Any) -> Any:
+    """``value`` with NaN and infinities replaced by None (strict JSON has no such numbers)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
 
-    def __init__(self, path: Path):
+
+def write_json(path: Path, value: Any) -> None:
+    """Write strict JSON atomically (temporary file, then rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(strict_json(value), indent=2, sort_keys=True, allow_nan=False))
+    tmp.replace(path)
+
+
+class _CsvTable:
+    """A CSV file opened on its first row, whose columns are that row's keys. ``keep_until`` (resuming): the
+    existing file's rows up to that round are kept, later ones (written after the checkpoint) dropped, and new
+    rows appended."""
+
+    def __init__(self, path: Path, keep_until: Optional[int] = None):
         self.path = path
         self.file = None
         self.writer = None
+        if keep_until is not None and path.is_file():
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                fields = reader.fieldnames
+                rows = [r for r in reader if None not in r.values() and None not in r
+                        and r["round"].isdigit() and int(r["round"]) <= keep_until]  # drops a torn last line
+            if fields:
+                tmp = path.with_name(f".{path.name}.tmp")
+                with open(tmp, "w", newline="") as f:
+                    writer = csv.DictWriter(f, fieldnames=fields)
+                    writer.writeheader()
+                    writer.writerows(rows)
+                tmp.replace(path)
+                self.file = open(path, "a", newline="")
+                self.writer = csv.DictWriter(self.file, fieldnames=fields)
 
     def write(self, row: Dict[str, Any]) -> None:
         if self.writer is None:
@@ -58,18 +95,26 @@ class _CsvTable:
 
 
 class RunLogger:
-    def __init__(self, run_dir: Path, cfg: DictConfig):
+    """``resume_round`` (a resumed run): the CSVs keep their rows up to that round and are appended to, and
+    the W&B run ``wandb_id`` is resumed."""
+
+    def __init__(self, run_dir: Path, cfg: DictConfig, resume_round: Optional[int] = None,
+                 wandb_id: Optional[str] = None):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.console = bool(cfg.logger.console)
         (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(_plain(cfg)))
-        self._metrics = _CsvTable(self.run_dir / "metrics.csv")
-        self._rounds = _CsvTable(self.run_dir / "rounds.csv")
+        self._metrics = _CsvTable(self.run_dir / "metrics.csv", resume_round)
+        self._rounds = _CsvTable(self.run_dir / "rounds.csv", resume_round)
         self.wandb = None
         if cfg.logger.wandb:
-            self._init_wandb(cfg)
+            self._init_wandb(cfg, wandb_id)
 
-    def _init_wandb(self, cfg: DictConfig) -> None:
+    @property
+    def run_id(self) -> Optional[str]:
+        return None if self.wandb is None else self.wandb.id
+
+    def _init_wandb(self, cfg: DictConfig, run_id: Optional[str]) -> None:
         os.environ.setdefault("WANDB_SILENT", "true")
         import wandb
 
@@ -85,6 +130,8 @@ class RunLogger:
             dir=str(self.run_dir),
             mode=cfg.logger.mode.value,
             reinit="finish_previous",
+            id=run_id,
+            resume="allow" if run_id else None,
         )
 
     def log_eval(self, row: Dict[str, Any]) -> None:
@@ -93,6 +140,10 @@ class RunLogger:
         self._metrics.flush()
         if self.wandb is not None:
             self.wandb.log(row, step=int(row["round"]))
+
+    def flush(self) -> None:
+        self._rounds.flush()
+        self._metrics.flush()
 
     def log_round(self, row: Dict[str, Any]) -> None:
         """Per-round statistics: ``rounds.csv`` and W&B keys ``round/<name>``."""
@@ -107,11 +158,10 @@ class RunLogger:
             self.wandb.log({key: wandb.Image(str(path))})
 
     def write_summary(self, summary: Dict[str, Any]) -> None:
-        tmp = self.run_dir / "summary.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
-        tmp.replace(self.run_dir / "summary.json")
+        """``summary.json``, atomically and as strict JSON (non-finite numbers become null)."""
+        write_json(self.run_dir / "summary.json", summary)
         if self.wandb is not None:
-            for k, v in summary.items():
+            for k, v in strict_json(summary).items():
                 self.wandb.summary[k] = v
 
     def print(self, line: str) -> None:

@@ -100,6 +100,7 @@ class Markov(Availability):
     """
 
     independent = True
+    state_attrs = ("state",)
 
     @dataclass
     class Config:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -68,14 +69,26 @@ def probability(value: float, key: str) -> float:
 
 
 class Layer:
-    """Common constructor: the layer's validated config and the federation's context."""
+    """Common constructor: the layer's validated config and the federation's context.
+
+    ``state_attrs`` declares the attributes that change as rounds are drawn (a Markov chain's state, a permutation
+    being walked, adaptive probabilities); they are what a checkpoint saves (``state_dict`` / ``load_state_dict``).
+    """
 
     Config: type
+    state_attrs: tuple = ()
 
     def __init__(self, cfg: Any, ctx: LayerContext):
         self.cfg = cfg
         self.ctx = ctx
         self.num_clients = ctx.num_clients
+
+    def state_dict(self) -> dict:
+        return {a: copy.deepcopy(getattr(self, a)) for a in self.state_attrs}
+
+    def load_state_dict(self, state: dict) -> None:
+        for a in self.state_attrs:
+            setattr(self, a, copy.deepcopy(state[a]))
 
 
 class Availability(Layer):

@@ -61,6 +61,7 @@ class Cluster(_FixedSize):
     """Clustered sampling, one draw from each of S distributions (see the module docstring)."""
 
     rao_blackwell = False
+    state_attrs = ("r", "reps")
 
     @dataclass
     class Config:

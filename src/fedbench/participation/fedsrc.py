@@ -36,6 +36,7 @@ class _Importance(ProbabilitySampler):
     """p (N,) starting at 1/N; ``mode`` oracle recomputes it before each draw, practical refreshes it after."""
 
     adaptive = True
+    state_attrs = ("p",)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -161,6 +162,7 @@ class FedSRCD(_Importance):
         self.keeps_updates = self.mode == Mode.practical
         self.sigma2: dict = {}
         self.ratio = float("nan")
+        self.state_attrs = ("p", "ratio")
 
     def select(self, t, available, rng):
         if self.oracle is not None and self.scorer == Scorer.paper:

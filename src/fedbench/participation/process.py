@@ -165,6 +165,27 @@ class ParticipationProcess:
         self.selection.end_round(t, updates)
         self.selection.oracle = None
 
+    def state_dict(self) -> dict:
+        """What a checkpoint saves: rounds drawn, the trace so far, cached inclusion estimates, the probability
+        snapshots and each layer's declared state (``Layer.state_attrs``)."""
+        return {
+            "drawn": self.drawn,
+            "trace": {k: v[: self.drawn].copy() for k, v in self._trace.items()},
+            "cache": [[k, v.copy()] for k, v in self._cache.items()],
+            "probabilities": [[t, p.copy()] for t, p in self._probabilities],
+            "layers": {name: getattr(self, name).state_dict() for name in ("availability", "selection", "dropout")},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.drawn = int(state["drawn"])
+        self._trace = self._allocate(max(self.ctx.rounds, self.drawn, 1))
+        for k, v in state["trace"].items():
+            self._trace[k][: self.drawn] = v
+        self._cache = {bytes(k): np.asarray(v) for k, v in state["cache"]}
+        self._probabilities = [(int(t), np.asarray(p)) for t, p in state["probabilities"]]
+        for name, layer_state in state["layers"].items():
+            getattr(self, name).load_state_dict(layer_state)
+
     def probability_snapshots(self) -> tuple[np.ndarray, np.ndarray]:
         """(rounds (k,), probabilities (k, N)) recorded every ``probabilities_every`` rounds (empty without)."""
         if not self._probabilities:

@@ -88,6 +88,8 @@ class Regularized(_Counted):
     The reported inclusion probability is the marginal min(S, |A|)/|A| (the paper's q = 1/S).
     """
 
+    state_attrs = ("queue", "pass_key")
+
     @dataclass
     class Config:
         kind: str = "regularized"

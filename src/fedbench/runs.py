@@ -1,0 +1,190 @@
+"""Run directories: which earlier run a ``resume`` continues, config identity, and stopping on a signal."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from fedbench.checkpoint import Checkpointer
+from fedbench.errors import FedbenchError
+
+#: Keys that may differ between a checkpoint and the run that resumes it (they do not change the numbers).
+RESUME_FREE = ("resume", "logger", "checkpoint_every", "checkpoint_keep", "engine.num_threads")
+
+
+def plain_config(cfg: DictConfig) -> Dict[str, Any]:
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
+
+
+def _flat(d: Any, prefix: str = "") -> Dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: Dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def identity(config: Dict[str, Any]) -> Dict[str, Any]:
+    """The dotted keys of a plain config that decide a run's numbers (``RESUME_FREE`` left out)."""
+    return {k: v for k, v in _flat(config).items()
+            if not any(k == f or k.startswith(f + ".") for f in RESUME_FREE)}
+
+
+def config_diff(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
+    """'key: a -> b' for every deciding key that differs between two plain configs."""
+    fa, fb = identity(a), identity(b)
+    missing = object()
+    return [f"{k}: {fa.get(k, '(absent)')!r} -> {fb.get(k, '(absent)')!r}" for k in sorted(set(fa) | set(fb))
+            if fa.get(k, missing) != fb.get(k, missing)]
+
+
+def read_status(run_dir: Path) -> Optional[str]:
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("status", "completed")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _saved_config(run_dir: Path) -> Optional[Dict[str, Any]]:
+    try:
+        return yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+class ResumePlan:
+    """Where a job writes and what it continues: ``checkpoint`` (None: start at round 0); ``completed``: the run
+    was already finished, nothing to do."""
+
+    def __init__(self, run_dir: Path, checkpoint: Optional[Dict[str, Any]] = None, completed: bool = False,
+                 note: str = ""):
+        self.run_dir, self.checkpoint, self.completed, self.note = run_dir, checkpoint, completed, note
+
+
+def _continue(run_dir: Path, config: Dict[str, Any], keep: int, explicit: bool) -> Optional[ResumePlan]:
+    """A plan continuing ``run_dir``; None when it holds nothing to continue (and ``explicit`` is False)."""
+    saved = _saved_config(run_dir)
+    if saved is not None:
+        diff = config_diff(saved, config)
+        if diff:
+            raise FedbenchError(f"Cannot resume {run_dir}: it was run with another config ({'; '.join(diff[:8])}"
+                                f"{'; ...' if len(diff) > 8 else ''}). Fix: resume with the run's own overrides, "
+                                "or start a new run without resume.")
+    status = read_status(run_dir)
+    if status == "completed":
+        return ResumePlan(run_dir, completed=True, note=f"{run_dir} has already completed")
+    found = Checkpointer(run_dir, keep).latest()
+    if found is not None:
+        path, state = found
+        ckpt_config = json.loads(state.pop("config"))
+        diff = config_diff(ckpt_config, config)
+        if diff:
+            raise FedbenchError(f"Checkpoint {path} belongs to another config ({'; '.join(diff[:8])}). "
+                                "Fix: resume with the run's own overrides, or start a new run without resume.")
+        return ResumePlan(run_dir, state, note=f"resuming {run_dir} at round {state['round']}")
+    if explicit:
+        raise FedbenchError(f"Cannot resume {run_dir}: it has no checkpoint (status {status or 'unknown'}). "
+                            "Fix: start the run afresh (without resume).")
+    return None
+
+
+def plan(cfg: DictConfig, fresh_dir: Path, outputs: Path, requeued: bool = False) -> ResumePlan:
+    """Decide the job's directory. ``resume`` unset: a fresh run in ``fresh_dir`` (refused if that directory
+    already holds a run's results, unless the job was requeued by its scheduler, which continues it).
+    ``resume=<dir>``: continue that run (its config must match). ``resume=true``: continue the newest run of the
+    same config under ``outputs`` (or the job's own directory), skip it if it completed, else start afresh."""
+    config = plain_config(cfg)
+    keep = cfg.checkpoint_keep
+    resume = cfg.resume
+    flag = None if resume is None else str(resume).strip().lower()
+    if flag in (None, "", "false", "no", "0", "none", "null"):
+        if requeued and (fresh_dir / "checkpoints").is_dir():
+            return _continue(fresh_dir, config, keep, explicit=False) or ResumePlan(fresh_dir)
+        if (fresh_dir / "summary.json").exists() or (fresh_dir / "checkpoints").is_dir():
+            raise FedbenchError(f"{fresh_dir} already holds a run's results. Fix: pass resume=true to continue it, "
+                                "or choose another output directory (hydra.run.dir).")
+        return ResumePlan(fresh_dir)
+    if flag not in ("true", "yes", "1"):
+        target = Path(str(resume)).expanduser()
+        if not target.is_dir():
+            raise FedbenchError(f"Invalid config 'resume': {resume} is not a run directory. Fix: pass resume=true, "
+                                "or the directory of the run to continue (it holds config.yaml and checkpoints/).")
+        return _continue(target.resolve(), config, keep, explicit=True)
+    own = _continue(fresh_dir, config, keep, explicit=False) if (fresh_dir / "config.yaml").exists() else None
+    if own is not None:
+        return own
+    for run_dir in _candidates(outputs, config, exclude=fresh_dir):
+        found = _continue(run_dir, config, keep, explicit=False)
+        if found is not None:
+            return found
+    return ResumePlan(fresh_dir, note="no earlier run of this config to resume: starting afresh")
+
+
+def _candidates(outputs: Path, config: Dict[str, Any], exclude: Path) -> List[Path]:
+    """Run directories under ``outputs`` with the same deciding config, newest first."""
+    found: List[Tuple[float, Path]] = []
+    if not outputs.is_dir():
+        return []
+    for cfg_file in outputs.rglob("config.yaml"):
+        run_dir = cfg_file.parent
+        if run_dir.resolve() == exclude.resolve() or ".hydra" in run_dir.parts:
+            continue
+        saved = _saved_config(run_dir)
+        if saved is not None and not config_diff(saved, config):
+            found.append((cfg_file.stat().st_mtime, run_dir))
+    return [d for _, d in sorted(found, reverse=True)]
+
+
+class Interrupted(BaseException):
+    """A second stop signal: stop now, mid-round (the latest checkpoint stays the resume point)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopSignals:
+    """SIGINT / SIGTERM ask the run to stop after the current round (``reason()`` then names the signal); a second
+    one stops at once. Installed only in the main thread (signals cannot be caught elsewhere)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum: Optional[int] = None
+        self._old: dict = {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for s in self.SIGNALS:
+                self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, old)
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:
+            raise Interrupted(signum)
+        self.signum = signum
+        print(f"fedbench: {signal.Signals(signum).name} received: stopping after this round with a checkpoint "
+              "(send it again to stop at once)", flush=True)
+
+    def request(self, signum: int) -> None:
+        """Ask for a stop as a signal would (e.g. a scheduler's pre-emption notice)."""
+        if self.signum is None:
+            self.signum = signum
+
+    def reason(self) -> Optional[str]:
+        return None if self.signum is None else signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signum or 0)
