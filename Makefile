@@ -4,15 +4,23 @@ PY ?= python3.11
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
+CLUSTER_STAMP := $(VENV)/.cluster-$(shell cksum requirements-cluster.txt | cut -d' ' -f1)
 FMNIST_DEBIAN := /usr/share/datasets/fashion-mnist
 ARGS ?=
 
-.PHONY: run test test-slow bench fmnist clean
+.PHONY: run test test-slow bench fmnist cluster clean
 
 $(STAMP): requirements.txt
 	@test -x $(PYTHON) || $(PY) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements.txt
 	@rm -f $(VENV)/.installed-* && touch $@
+
+# The Ray launcher's stack (large; only the slow tests and hydra/launcher=ray need it).
+$(CLUSTER_STAMP): requirements-cluster.txt $(STAMP)
+	$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements.txt -r requirements-cluster.txt
+	@rm -f $(VENV)/.cluster-* && touch $@
+
+cluster: $(CLUSTER_STAMP)
 
 # FashionMNIST: Debian's dataset-fashion-mnist where apt is usable, else torchvision's download into data/.
 fmnist: $(STAMP)
@@ -32,7 +40,7 @@ run: $(STAMP) fmnist
 test: $(STAMP)
 	$(PYTHON) -m pytest
 
-test-slow: $(STAMP) fmnist
+test-slow: $(STAMP) $(CLUSTER_STAMP) fmnist
 	$(PYTHON) -m pytest -m slow
 
 bench: $(STAMP) fmnist

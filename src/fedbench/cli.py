@@ -13,7 +13,9 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -30,19 +32,64 @@ from omegaconf import DictConfig, OmegaConf
 from fedbench.config import register_configs
 from fedbench.errors import FedbenchError
 
+# conf/hydra/launcher/{joblib,ray}.yaml spell a plugin's config out under the plugin's own name, which Hydra warns
+# about in every process that composes (launcher workers import this module too)
+warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/\w+' is validated against ConfigStore schema")
+
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 CONFIG_NAME = "config"
 _SKIP_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc",
                "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--resolve", "-p", "--package"}
 
 
-def _compose(overrides: List[str]) -> DictConfig:
+def _compose(overrides: List[str], hydra_node: bool = False) -> DictConfig:
+    """The job config for ``overrides`` as a run sees it: composed, then the preset's run-dependent settings
+    applied (``fedbench.config.presets``; keys set in ``overrides`` win)."""
+    from fedbench.config.presets import apply_presets, user_keys
+
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-            return compose(config_name=CONFIG_NAME, overrides=overrides)
+            cfg = compose(config_name=CONFIG_NAME, overrides=overrides, return_hydra_config=hydra_node)
     finally:
         GlobalHydra.instance().clear()
+    return apply_presets(cfg, user_keys(overrides))
+
+
+def _groups() -> List[str]:
+    """Config groups: the folders under conf/ (``participation/selection`` ...)."""
+    base = Path(CONF_DIR)
+    return sorted(str(d.relative_to(base)) for d in base.rglob("*") if d.is_dir() and d.name != "hydra"
+                  and "hydra" not in d.relative_to(base).parts)
+
+
+def _override_problem(ov: Any, groups: List[str]) -> Optional[str]:
+    """A one-paragraph error for an override no fedbench run accepts, whatever else is on the command line."""
+    key, line = ov.key_or_group, ov.input_line
+    if any(re.fullmatch(r"_\w+_", part) for part in re.split(r"[./]", key)):
+        return (f"Override '{line}' sets the special key '{key}': keys such as _target_ would make the config "
+                "import and instantiate arbitrary objects, and no fedbench option takes one. Fix: remove it.")
+    if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+        return None
+    group = key.replace(".", "/")
+    if ov.is_delete():
+        return (f"Override '{line}' deletes '{key}', but every fedbench key needs a value. "
+                f"Fix: set it instead ({key}=<value>), or leave it at its default.")
+    if group in groups and not ov.is_delete():
+        if "/" not in key and "." in key:
+            return None
+        options = sorted(f.stem for f in (Path(CONF_DIR) / group).glob("*.yaml"))
+        values = list(ov.sweep_string_iterator()) if ov.is_sweep_override() else [ov.value()]
+        for v in values:
+            if not isinstance(v, str) or v not in options:
+                return (f"Unknown option '{v}' for config group '{group}'. Allowed: {', '.join(options)}. "
+                        f"Fix: pass {group}=<one of these>.")
+        return None
+    if ov.is_add():
+        return (f"Unknown key '{key}' (override '{line}'): '+' adds a key, and fedbench accepts only the keys "
+                "its schemas define. Fix: drop the '+' to set an existing key, and check its spelling with "
+                "'python run.py --cfg job'.")
+    return None
 
 
 def _expand(args: List[str]) -> List[List[str]]:
@@ -95,6 +142,14 @@ def _friendly(exc: Exception, overrides: List[str]) -> str:
         where = f"'{parent}'" if parent else "the top level"
         return (f"Unknown key '{key}' in {where} (override '{full}'). Allowed keys: {allowed}. "
                 f"Fix: use one of these keys (run 'python run.py --cfg job' to see the composed config).")
+    m = re.search(r"Could not override '([^']+)'", text)
+    if m:
+        full = m.group(1)
+        parent, _, key = full.rpartition(".")
+        allowed = _allowed_keys(parent, [o for o in overrides if not o.lstrip("+~").startswith(full)])
+        where = f"'{parent}'" if parent else "the top level"
+        return (f"Unknown key '{key}' in {where} (override '{full}'). Allowed keys: {allowed}. "
+                f"Fix: use one of these keys (run 'python run.py --cfg job' to see the composed config).")
     m = re.search(r"Invalid value '([^']*)', expected one of \[([^\]]*)\]\s+full_key: (\S+)", text)
     if m:
         return (f"Invalid value '{m.group(1)}' for '{m.group(3)}'. Allowed: {m.group(2)}. "
@@ -116,20 +171,66 @@ def _allowed_keys(parent: str, overrides: List[str]) -> str:
         return "(see 'python run.py --cfg job')"
 
 
+def _unwritable(path: str) -> Optional[str]:
+    """Why no run could write under ``path`` (its nearest existing ancestor must be a writable folder)."""
+    p = Path(to_absolute_path(path))
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir():
+        return f"{p} is a file, not a folder"
+    try:  # os.access trusts permission bits, which root and special file systems ignore: try for real
+        Path(tempfile.mkdtemp(prefix=".fedbench-probe-", dir=p)).rmdir()
+    except OSError as exc:
+        return f"{p} is not writable: {exc.strerror}"
+    return None
+
+
+def _check_variant(variant: List[str], multirun: bool) -> Optional[str]:
+    from fedbench.config.checks import validate
+
+    try:
+        cfg = _compose([o[2:] if o.startswith("++") else o for o in variant], hydra_node=True)
+        job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        OmegaConf.to_container(job, resolve=True)  # bad interpolations fail here, not in a job
+        validate(job)
+        out = ("hydra.sweep.dir", cfg.hydra.sweep.dir) if multirun else ("hydra.run.dir", cfg.hydra.run.dir)
+    except FedbenchError as exc:
+        return str(exc)
+    except Exception as exc:
+        return _friendly(exc, variant)
+    outputs = [out]
+    if cfg.engine.client_state_dir:
+        outputs.append(("engine.client_state_dir", cfg.engine.client_state_dir))
+    for key, path in outputs:
+        problem = _unwritable(str(path))
+        if problem:
+            return f"Invalid config '{key}': cannot write results under {path} ({problem}). Fix: pass {key}=" \
+                   "<a folder you can write to>."
+    return None
+
+
 def preflight(args: List[str]) -> Optional[str]:
-    """Compose every variant of the command's overrides; return a one-paragraph error, or None if all compose."""
+    """Check every override and compose every variant of the command's sweep; return a one-paragraph error, or
+    None when each variant composes and passes the config checks."""
     if any(a.split("=")[0] in _SKIP_FLAGS for a in args):
         return None
+    multirun = any(a in ("-m", "--multirun") for a in args)
     overrides = [a for a in args if not a.startswith("-")]
     try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
         variants = _expand(overrides)
     except Exception as exc:  # a syntax error in an override
         return _friendly(exc, [])
+    groups = _groups()
+    for ov in parsed:
+        problem = _override_problem(ov, groups)
+        if problem:
+            return problem
+    hydra_args = [o for o in overrides if o.lstrip("+").startswith("hydra")]
     for variant in variants:
-        try:
-            _compose(variant)
-        except Exception as exc:
-            return _friendly(exc, variant)
+        problem = _check_variant(variant + hydra_args, multirun)
+        if problem:
+            return problem
     return None
 
 
@@ -170,8 +271,11 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     from fedbench.logging import RunLogger
     from fedbench.runs import Interrupted, StopSignals, plain_config, plan
 
+    from fedbench.config.presets import apply_presets, user_keys
+
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    cfg = apply_presets(cfg, user_keys(list(hydra_cfg.overrides.task)))
     fresh_dir = run_dir = Path(hydra_cfg.runtime.output_dir)
     root = Path(to_absolute_path(cfg.data.root))
     logger, sim, code, signals = None, None, 1, StopSignals()
@@ -193,7 +297,6 @@ def run_job(cfg: DictConfig) -> Optional[float]:
                            wandb_id=None if ckpt is None else ckpt.get("wandb_id"))
         control = RunControl(Checkpointer(run_dir, cfg.checkpoint_keep), json.dumps(plain_config(cfg)),
                              signals.reason)
-        _ACTIVE.append(signals)
         with signals:
             summary = sim.run(logger, control)
         logger.write_summary(summary)
@@ -201,6 +304,9 @@ def run_job(cfg: DictConfig) -> Optional[float]:
                      + (f" ({summary['reason']})" if summary["reason"] else "") + f": results in {run_dir}")
         code = 0
         if summary["status"] == "interrupted":
+            logger.finish(0)
+            logger = None
+            signals.chain()  # pre-empted under a scheduler: its handler requeues the job (which then resumes)
             raise SystemExit(signals.exit_code)
         return summary["final_test_acc"]
     except Interrupted as stop:
@@ -229,15 +335,9 @@ def run_job(cfg: DictConfig) -> Optional[float]:
             raise SystemExit(1) from None
         print(f"fedbench: error: job {run_dir.name}: {message}", file=sys.stderr, flush=True)
     finally:
-        if signals in _ACTIVE:
-            _ACTIVE.remove(signals)
         if logger is not None:
             logger.finish(code)
     return None
-
-
-#: The stop-signal handlers of the job running in this process (a scheduler's pre-emption hook asks them to stop).
-_ACTIVE: list = []
 
 
 class SweepTable(Callback):
@@ -254,8 +354,9 @@ class SweepTable(Callback):
                 summary = json.loads((job / "summary.json").read_text())
             except (OSError, ValueError):
                 summary = {"status": "failed", "reason": "no summary.json (the job died)"}
+            reason = summary.get("reason") or ""
             rows.append((job.name, summary.get("status", "completed"), summary.get("final_test_acc"),
-                         summary.get("reason") or ""))
+                         reason if len(reason) <= 120 else reason[:117] + "..."))
         SWEEP_FAILED[:] = [name for name, status, _, _ in rows if status not in ("completed", "diverged")]
         width = max([len(r[0]) for r in rows] + [3])
         print(f"\nfedbench: sweep {sweep}: {len(rows)} jobs", flush=True)

@@ -152,7 +152,10 @@ class Interrupted(BaseException):
 
 class StopSignals:
     """SIGINT / SIGTERM ask the run to stop after the current round (``reason()`` then names the signal); a second
-    one stops at once. Installed only in the main thread (signals cannot be caught elsewhere)."""
+    one stops at once. Under a scheduler that pre-empts with SIGUSR2 (submitit on SLURM installs a handler that
+    requeues the job), SIGUSR2 too stops the run after the round, with a checkpoint, and ``chain()`` then hands the
+    signal to the scheduler's handler (requeue; the requeued job resumes). Installed in the main thread only
+    (signals cannot be caught elsewhere)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -164,6 +167,8 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for s in self.SIGNALS:
                 self._old[s] = signal.signal(s, self._handle)
+            if callable(signal.getsignal(signal.SIGUSR2)):  # a scheduler's pre-emption handler
+                self._old[signal.SIGUSR2] = signal.signal(signal.SIGUSR2, self._handle)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -177,13 +182,17 @@ class StopSignals:
         print(f"fedbench: {signal.Signals(signum).name} received: stopping after this round with a checkpoint "
               "(send it again to stop at once)", flush=True)
 
-    def request(self, signum: int) -> None:
-        """Ask for a stop as a signal would (e.g. a scheduler's pre-emption notice)."""
-        if self.signum is None:
-            self.signum = signum
-
     def reason(self) -> Optional[str]:
         return None if self.signum is None else signal.Signals(self.signum).name
+
+    @property
+    def preempted(self) -> bool:
+        return self.signum == signal.SIGUSR2 and callable(self._old.get(signal.SIGUSR2))
+
+    def chain(self) -> None:
+        """Pass a pre-emption signal on to the scheduler's own handler (which requeues the job and exits)."""
+        if self.preempted:
+            self._old[signal.SIGUSR2](self.signum, None)
 
     @property
     def exit_code(self) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
@@ -215,6 +215,8 @@ class RootConfig:
     checkpoint_keep: int = 2  # newest checkpoints kept
     resume: Optional[str] = None  # true: continue this config's latest run (or start it); a run dir: continue it
     divergence_factor: Optional[float] = 10.0  # stop when test loss > factor x initial test loss; null = off
+    algo_settings: Dict[str, Any] = field(default_factory=dict)  # preset: {algorithm: {key: value}} for that algo
+    where_supported: Dict[str, Any] = field(default_factory=dict)  # preset: {group: {key: value}} where the key exists
     targets: List[float] = field(default_factory=list)
     loss_targets: List[float] = field(default_factory=list)  # global training losses (needs engine.eval_train)
     client: ClientConfig = field(default_factory=ClientConfig)

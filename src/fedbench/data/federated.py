@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -79,6 +80,52 @@ def _fingerprint(central: CentralData) -> str:
     return h.hexdigest()[:16]
 
 
+def _checksum(owner: np.ndarray, attrs: dict) -> str:
+    h = hashlib.sha256(np.ascontiguousarray(owner, dtype=np.int64).tobytes())
+    for k in sorted(attrs):
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(attrs[k]).tobytes())
+    return h.hexdigest()
+
+
+def _read_cache(path: Path, num_samples: int):
+    """A cached partition (owner, attrs), or None when absent; a corrupted or tampered file (unreadable, wrong
+    shape, ids out of range, contents not matching their stored hash) is reported, and rebuilt by the caller."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            owner = z["owner"].astype(np.int64)
+            attrs = {k[5:]: z[k] for k in z.files if k.startswith("attr_")}
+            stored = str(z["checksum"])
+        problem = None
+        if owner.shape != (num_samples,):
+            problem = f"it assigns {owner.size} samples, the dataset has {num_samples}"
+        elif owner.size and owner.min() < -1:
+            problem = "negative client ids"
+        elif stored != _checksum(owner, attrs):
+            problem = "its contents do not match their stored hash"
+    except Exception as exc:  # any unreadable file: a truncated zip, another format, a missing array
+        problem = f"unreadable ({type(exc).__name__})"
+    if problem is None:
+        return owner, attrs
+    print(f"fedbench: warning: partition cache {path} is corrupted ({problem}); rebuilding it", flush=True)
+    return None
+
+
+def _write_cache(path: Path, owner: np.ndarray, attrs: dict) -> None:
+    """Write atomically (a per-process temporary file, renamed); an unwritable cache folder only warns."""
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(tmp, owner=owner, checksum=np.array(_checksum(owner, attrs)),
+                 **{f"attr_{k}": v for k, v in attrs.items()})
+        tmp.replace(path)
+    except OSError as exc:
+        print(f"fedbench: warning: cannot write the partition cache under {path.parent} ({exc.strerror}); "
+              "continuing without it (data.cache=false silences this)", flush=True)
+
+
 def build_federated(dataset_cfg: Any, partition_cfg: Any, root: Path, seed: int, cache: bool) -> FederatedData:
     """Load the dataset, partition it (or reuse a cached partition with the same inputs), sort by client."""
     central = LOADERS.get_class(dataset_cfg.name)(dataset_cfg, root, seed)
@@ -87,19 +134,15 @@ def build_federated(dataset_cfg: Any, partition_cfg: Any, root: Path, seed: int,
     key = json.dumps({"data": _fingerprint(central), "partition": part_dict, "seed": seed}, sort_keys=True)
     phash = hashlib.sha256(key.encode()).hexdigest()[:16]
     cache_file = root / "cache" / "partitions" / f"{phash}.npz"
-    if cache and cache_file.is_file():
-        with np.load(cache_file) as z:
-            owner = z["owner"]
-            attrs = {k[5:]: z[k] for k in z.files if k.startswith("attr_")}
+    cached = _read_cache(cache_file, labels.size) if cache else None
+    if cached is not None:
+        owner, attrs = cached
     else:
         partitioner = PARTITIONERS.get_class(partition_cfg.name)
         owner, attrs = partitioner(labels, partition_cfg, numpy_rng(seed, f"partition/{partition_cfg.name}"),
                                    central.natural_clients)
         if cache:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_file.with_name(cache_file.stem + ".tmp.npz")
-            np.savez(tmp, owner=owner, **{f"attr_{k}": v for k, v in attrs.items()})
-            tmp.replace(cache_file)
+            _write_cache(cache_file, owner, attrs)
     used = np.flatnonzero(owner >= 0)
     owner_used = owner[used]
     num_clients = max(int(owner_used.max()) + 1, partition_cfg.num_clients)

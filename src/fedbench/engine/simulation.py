@@ -14,11 +14,12 @@ from omegaconf import DictConfig
 
 from fedbench.algorithms import ALGORITHMS, AlgoContext
 from fedbench.checkpoint import Checkpointer
+from fedbench.config.checks import validate
 from fedbench.config.schema import NoiseSpread
 from fedbench.data import FederatedData, build_federated
 from fedbench.engine.client_state import ClientStateStore
 from fedbench.engine.evaluation import evaluate
-from fedbench.engine.schedule import lr_at, validate_schedule
+from fedbench.engine.schedule import lr_at
 from fedbench.engine.local import LocalModule
 from fedbench.engine.oracle import EngineOracle
 from fedbench.engine.runners import make_runner
@@ -38,28 +39,16 @@ def resolve_device(spec: str) -> torch.device:
     if spec.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("engine.device", f"'{spec}' was asked for but no CUDA device is visible.",
                           "use engine.device=cpu (or auto).")
+    if spec.startswith("cuda:") and int(spec[5:]) >= torch.cuda.device_count():
+        raise ConfigError("engine.device", f"'{spec}' was asked for but only {torch.cuda.device_count()} CUDA "
+                          "device(s) are visible.", "use cuda:0 .. cuda:N-1, or auto.")
+    if spec == "mps" and not (torch.backends.mps.is_available()):
+        raise ConfigError("engine.device", "'mps' was asked for but this machine has no Apple MPS device.",
+                          "use engine.device=cpu (or auto).")
     try:
         return torch.device(spec)
     except RuntimeError:
         raise ConfigError("engine.device", f"'{spec}' is not a device.", "use cpu, cuda, cuda:N or auto.") from None
-
-
-def validate(cfg: DictConfig) -> None:
-    """Checks that Hydra's types cannot express; each failure names the key and the fix."""
-    require(cfg.rounds >= 1, "rounds", f"{cfg.rounds} rounds.", "use rounds >= 1.")
-    require(cfg.eval_every >= 1, "eval_every", f"{cfg.eval_every}.", "use eval_every >= 1.")
-    require(cfg.client.local_steps >= 1, "client.local_steps", f"{cfg.client.local_steps}.", "use >= 1.")
-    require(cfg.client.batch_size >= 1, "client.batch_size", f"{cfg.client.batch_size}.", "use >= 1.")
-    require(cfg.client.lr > 0, "client.lr", f"{cfg.client.lr} is not positive.", "use a positive learning rate.")
-    validate_schedule(cfg.client.lr_schedule)
-    for t in cfg.targets:
-        require(0 < t <= 1, "targets", f"accuracy target {t} is not in (0, 1].", "give accuracies such as [0.7, 0.8].")
-    for t in cfg.loss_targets:
-        require(t > 0, "loss_targets", f"training-loss target {t} is not positive.", "give losses such as [0.5].")
-    require(not cfg.loss_targets or cfg.engine.eval_train, "loss_targets",
-            "training-loss targets are read from the global model's loss on the training set.",
-            "set engine.eval_train=true.")
-    require(cfg.client.grad_noise >= 0, "client.grad_noise", f"{cfg.client.grad_noise}.", "use a std >= 0.")
 
 
 def noise_levels(cfg: DictConfig, n: int, data_seed: int):
@@ -89,6 +78,8 @@ class Simulation:
 
     def __init__(self, cfg: DictConfig, run_dir: Path, root: Path, resume: bool = False):
         validate(cfg)
+        require(not Path(root).exists() or Path(root).is_dir(), "data.root", f"{root} is a file.",
+                "give a folder (datasets are looked for, downloaded and cached there).")
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.device = resolve_device(cfg.engine.device)
@@ -98,6 +89,10 @@ class Simulation:
         data_seed = seed if cfg.data.seed is None else cfg.data.seed
         self.data: FederatedData = build_federated(cfg.dataset, cfg.partition, root, data_seed, cfg.data.cache)
         self.data.to(self.device)
+        smallest = int(self.data.sizes.min())
+        if cfg.client.batch_size > smallest:
+            print(f"fedbench: warning: client.batch_size={cfg.client.batch_size} exceeds the smallest client's "
+                  f"{smallest} samples; such clients use batches of all their data (full-batch steps)", flush=True)
         model = build_model(cfg.model, self.data.input_shape, self.data.num_classes, torch_rng(seed, "init"))
         self.module = LocalModule(model.to(self.device), cfg.client.lr, cfg.client.momentum, cfg.client.weight_decay)
         runner = make_runner(cfg.engine.client_runner.value, self.module, self.device)
@@ -109,6 +104,7 @@ class Simulation:
         n = self.data.num_clients
         self.participation = ParticipationProcess(cfg.participation, LayerContext(
             n, seed, cfg.rounds, cfg.client.local_steps, self.data.sizes, self.data.attrs))
+        self._refuse_degenerate()
         state_dir = cfg.engine.client_state_dir
         self.store = ClientStateStore(n, self.device, cfg.engine.client_state.value,
                                       Path(state_dir) if state_dir else self.run_dir / "client_state", reuse=resume)
@@ -131,6 +127,22 @@ class Simulation:
         self.empty_rounds = 0  # rounds in which no client completed
         self.initial_test_loss: Optional[float] = None
         self.nonfinite_loss = False  # a client's training loss in the last round was NaN or infinite
+
+    def _refuse_degenerate(self) -> None:
+        """Refuse a participation process under which no client can ever complete a round (never available, or
+        always dropping out); a process that merely has empty rounds is run, and they are counted."""
+        part, cfg = self.participation, self.cfg.participation
+        available = part.ctx.long_run_availability > 0
+        if cfg.min_available > 0:
+            available[:] = True
+        if cfg.first_round_full:
+            return
+        if not bool((available & (part.dropout.p_complete > 0)).any()):
+            why = ("no client is ever available" if not available.any()
+                   else "every available client drops out with probability 1")
+            raise ConfigError("participation", f"{why} under participation={cfg.name}, so no client can ever "
+                              "complete a round.", "give some clients availability > 0 and a dropout "
+                              "probability < 1.")
 
     @property
     def dim(self) -> int:

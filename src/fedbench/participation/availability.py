@@ -6,6 +6,7 @@ per run (offsets, periods tau_i, fixed weights, phases) come from ``(seed, "part
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -345,6 +346,26 @@ class Sinusoidal(Availability):
         return np.mean([self.prob(t) for t in range(self.cfg.period)], axis=0)
 
 
+def read_matrix(path: Path, key: str) -> np.ndarray:
+    """A numeric matrix from a .npy file (recognized by its magic bytes, whatever the name) or comma-separated
+    text; anything else -- binary junk, pickles, archives, text that is not numbers -- is a ``ConfigError``."""
+    fix = "save a rounds x clients 0/1 matrix with numpy.save (.npy) or as comma-separated rows of 0 and 1."
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+        if head == b"\x93NUMPY":
+            matrix = np.load(path, allow_pickle=False)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # an empty file: numpy warns, then the shape check refuses it
+                matrix = np.loadtxt(path, delimiter=",", ndmin=2, encoding="utf-8")
+        matrix = np.asarray(matrix, dtype=np.float64)
+    except Exception as exc:  # unreadable, not UTF-8 text, a pickle, ragged rows, non-numbers
+        raise ConfigError(key, f"'{path}' could not be read as a numeric matrix ({type(exc).__name__}).",
+                          fix) from None
+    return matrix
+
+
 @AVAILABILITY.register("trace")
 class Trace(Availability):
     """Replays a recorded rounds x clients 0/1 matrix (``.npy``, or ``.csv`` with one row per round).
@@ -366,18 +387,12 @@ class Trace(Availability):
         key = f"{KEY}.path"
         require(bool(cfg.path) and path.is_file(), key, f"'{cfg.path}' is not a file.",
                 "give the path of a rounds x clients .npy or .csv file of 0/1 values.")
-        require(path.suffix in (".npy", ".csv"), key, f"'{path.name}' is neither .npy nor .csv.",
-                "save the trace with numpy.save (.npy) or as comma-separated rows (.csv).")
-        try:
-            matrix = np.load(path) if path.suffix == ".npy" else np.loadtxt(path, delimiter=",", ndmin=2)
-        except ValueError as exc:
-            raise ConfigError(key, f"'{path}' could not be read as a numeric matrix ({exc}).",
-                              "write one row per round and one 0/1 column per client.") from None
+        matrix = read_matrix(path, key)
         n = ctx.num_clients
         require(matrix.ndim == 2 and matrix.shape[1] == n and matrix.shape[0] >= 1, key,
                 f"the trace has shape {matrix.shape}, but a rounds x clients matrix with {n} columns is needed.",
                 f"give one column per client ({n}), one row per round.")
-        require(bool(np.isin(matrix, (0, 1)).all()), key, "the trace holds values other than 0 and 1.",
+        require(matrix.size > 0 and bool(np.isin(matrix, (0, 1)).all()), key, "the trace holds values other than 0 and 1.",
                 "mark available clients with 1 and unavailable ones with 0.")
         require(cfg.wrap or matrix.shape[0] >= ctx.rounds, key,
                 f"the trace has {matrix.shape[0]} rounds but the run has {ctx.rounds}.",

@@ -1,0 +1,87 @@
+"""A preset's settings that depend on the run's choices, so that one preset composes with any sweep over them.
+
+* ``algo_settings: {<algorithm>: {key: value}}``: applied to ``algo`` when that algorithm runs (a paper's tuned
+  learning rates, its FedAvg with the normalized average);
+* ``where_supported: {<group path>: {key: value}}``: applied where the composed group has the key (e.g.
+  ``participation.selection.clients_per_round``, which ``selection=all`` does not take).
+
+Keys the user set on the command line win over both. Every name and key is checked against the registered
+schemas, so a typo is an error, never a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Iterable, List, Set
+
+from omegaconf import DictConfig, OmegaConf
+
+from fedbench.errors import ConfigError
+
+
+def _flat(node: Any, prefix: str) -> Dict[str, Any]:
+    if not isinstance(node, dict) or not node:
+        return {prefix: node}
+    out: Dict[str, Any] = {}
+    for k, v in node.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def _schema_fields(group: str) -> Set[str]:
+    """Every key some registered option of ``group`` accepts (empty when the group has no registry)."""
+    from fedbench.algorithms import ALGORITHMS
+    from fedbench.participation import LAYERS
+
+    if group == "algo":
+        classes: Iterable = [cls.Config for _, cls in ALGORITHMS.items()]
+    elif group.startswith("participation.") and group.split(".", 1)[1] in LAYERS:
+        classes = [cls.Config for _, cls in LAYERS[group.split(".", 1)[1]].items()]
+    else:
+        return set()
+    return {f.name for c in classes for f in dataclasses.fields(c)}
+
+
+def user_keys(overrides: List[str]) -> Set[str]:
+    """The dotted keys a command line sets (``key=value``, ``+key=value``, ``++key=value``)."""
+    keys = set()
+    for o in overrides:
+        if "=" in o and not o.startswith("~"):
+            keys.add(o.split("=", 1)[0].lstrip("+"))
+    return keys
+
+
+def apply_presets(cfg: DictConfig, explicit: Set[str]) -> DictConfig:
+    """``cfg`` with its ``algo_settings`` and ``where_supported`` applied (a copy); keys in ``explicit`` kept."""
+    from fedbench.algorithms import ALGORITHMS
+
+    cfg = cfg.copy()
+    settings = OmegaConf.to_container(cfg.algo_settings, resolve=True)
+    names = [n for n, _ in ALGORITHMS.items()]
+    for name, values in settings.items():
+        if name not in names:
+            raise ConfigError(f"algo_settings.{name}", f"'{name}' is not an algorithm.",
+                              f"use one of: {', '.join(names)}.")
+        allowed = {f.name for f in dataclasses.fields(ALGORITHMS.get_class(name).Config)}
+        for key in (values or {}):
+            if key not in allowed or key == "name":
+                raise ConfigError(f"algo_settings.{name}.{key}", f"algorithm {name} has no option '{key}'.",
+                                  f"use one of: {', '.join(sorted(allowed - {'name'}))}.")
+    for key, value in (settings.get(cfg.algo.name) or {}).items():
+        if f"algo.{key}" not in explicit:
+            OmegaConf.update(cfg, f"algo.{key}", value, merge=False)
+    for dotted, value in _flat(OmegaConf.to_container(cfg.where_supported, resolve=True), "").items():
+        if not dotted:
+            continue
+        group, _, leaf = dotted.rpartition(".")
+        node = OmegaConf.select(cfg, group) if group else None
+        if not isinstance(node, DictConfig):
+            raise ConfigError(f"where_supported.{dotted}", f"'{group}' is not a config group.",
+                              "name a group such as participation.selection or algo.")
+        if leaf in node:
+            if dotted not in explicit:
+                OmegaConf.update(cfg, dotted, value, merge=False)
+        elif leaf not in _schema_fields(group):
+            raise ConfigError(f"where_supported.{dotted}", f"no option of '{group}' has the key '{leaf}'.",
+                              "check the key's spelling against the group's options.")
+    return cfg
