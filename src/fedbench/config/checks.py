@@ -31,7 +31,7 @@ RANGES: Dict[str, Tuple[Optional[float], Optional[float], bool, bool]] = {
     "client.momentum": _UNIT_OPEN, "client.lr_schedule.every": _GE1, "client.lr_schedule.decay": (0, 1, False, True),
     "client.lr_schedule.gamma": (0, 1, False, True),
     "engine.eval_batch_size": _GE1,
-    "partition.num_clients": _GE1, "partition.alpha": _POS, "partition.max_tries": _GE1,
+    "partition.num_clients": (0, None, True, False), "partition.alpha": _POS, "partition.max_tries": _GE1,
     "partition.shards_per_client": _GE1, "partition.classes_per_client": _GE1, "partition.similarity": _UNIT,
     "partition.sigma": _POS,
     "dataset.dim": _GE1, "dataset.num_classes": (2, None, True, False), "dataset.num_users": _GE1,
@@ -46,10 +46,10 @@ RANGES: Dict[str, Tuple[Optional[float], Optional[float], bool, bool]] = {
     "participation.availability.num_groups": _GE1, "participation.availability.levels": (2, None, True, False),
     "participation.availability.tau_max": _GE1,
     "participation.selection.floor_mix": _UNIT, "participation.selection.beta": _UNIT,
-    "participation.selection.smoothness": _POS, "participation.selection.probes": _GE1,
+    "participation.selection.smoothness": _POS,
     "participation.dropout.prob": _UNIT, "participation.dropout.min_steps": _GE1,
     "divergence_factor": (1, None, False, False),
-    "algo.server_lr": _POS, "algo.eta": _POS, "algo.period": _GE1, "algo.memory_size": _GE1,
+    "algo.server_lr": _POS, "algo.eta": _POS, "algo.period": _GE1,
     "algo.server_momentum": _UNIT_OPEN, "algo.beta": _UNIT_OPEN, "algo.beta1": _UNIT, "algo.beta2": _UNIT,
     "algo.p_page": _UNIT, "algo.temperature": _POS, "algo.tau": _GE1, "algo.warmup_lr": _POS,
 }
@@ -102,6 +102,8 @@ def validate(cfg: DictConfig) -> None:
 
     check_values(cfg)
     validate_schedule(cfg.client.lr_schedule)
+    require(cfg.partition.num_clients >= 1 or cfg.partition.name == "natural", "partition.num_clients",
+            f"{cfg.partition.num_clients} clients.", "use >= 1 (0 means the dataset's own users: partition=natural).")
     for t in cfg.targets:
         require(0 < t <= 1, "targets", f"accuracy target {t} is not in (0, 1].", "give accuracies such as [0.7, 0.8].")
     for t in cfg.loss_targets:

@@ -1,0 +1,227 @@
+"""Hardened inputs: generated bad overrides across every group each end in one ``fedbench: error:`` paragraph that
+names the key, exit status non-zero, no traceback and no output directory that looks like a successful run; a list
+of valid-but-unusual overrides runs. The CLI is driven in-process (``fedbench.cli.main``), as run.py does."""
+
+import contextlib
+import dataclasses
+import io
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import compose
+
+from fedbench import cli
+from fedbench.algorithms import ALGORITHMS
+from fedbench.config.checks import RANGES
+from fedbench.errors import ConfigError
+from fedbench.participation import LAYERS
+
+SMOKE = ["experiment=smoke", "logger=none", "rounds=2", "eval_every=1"]
+
+
+def call(args, tmp_path, name="job"):
+    """Run ``run.py args`` in-process; return (exit code, stdout + stderr, the job directory)."""
+    job = tmp_path / name
+    own = [] if any(a.startswith("hydra.run.dir=") for a in args) else [f"hydra.run.dir={job}"]
+    sys.argv = ["run.py", *args, *own, f"data.root={tmp_path / 'data'}"]
+    out = io.StringIO()
+    code = 0
+    with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
+        try:
+            cli.main()
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue(), job
+
+
+def _option_with(layer: str, key: str) -> str:
+    registry = LAYERS[layer] if layer != "algo" else ALGORITHMS
+    for name, cls in registry.items():
+        if key in {f.name for f in dataclasses.fields(cls.Config)}:
+            return name
+    raise KeyError(key)
+
+
+def _context(key: str) -> list:
+    """The group choices under which ``key`` exists."""
+    parts = key.split(".")
+    if parts[0] == "algo" and len(parts) == 2:
+        return [f"algo={_option_with('algo', parts[1])}"]
+    if parts[0] == "participation" and len(parts) == 3:
+        return [f"participation/{parts[1]}={_option_with(parts[1], parts[2])}"]
+    if parts[0] == "dataset":
+        return ["dataset=synthetic", "model=logreg"]
+    if parts[0] == "model":
+        return ["model=mlp"]
+    return []
+
+
+def _below(rule):
+    lo, hi, lo_in, _ = rule
+    return lo - 1 if lo_in else lo
+
+
+def generated_bad():
+    """(overrides, the key the message must name): out-of-range, non-finite and wrongly typed values of every key
+    with a range rule, negative values of unruled numbers, unknown keys and options in every group, deletions,
+    '+' additions, special keys, bad interpolations."""
+    cases = []
+    for key, rule in sorted(RANGES.items()):
+        if key in ("participation.selection.beta",):  # the same leaf name under selection=fedsrc_d: covered
+            continue
+        ctx = _context(key)
+        cases.append(([*ctx, f"{key}={_below(rule)}"], key))
+        if rule[1] is not None:
+            cases.append(([*ctx, f"{key}={rule[1] + (0 if not rule[3] else 1)}"], key))
+        cases.append(([*ctx, f"{key}=nan"], key))
+    for key in ("client.weight_decay", "client.grad_noise", "partition.min_samples", "partition.seed_samples",
+                "engine.num_threads", "participation.min_available", "algo.mu", "algo.alpha", "algo.rho_l"):
+        cases.append(([*_context(key), f"{key}=-0.5"], key))
+    for key in ("client.lr", "algo.server_lr", "algo.eta", "client.grad_noise"):
+        cases.append(([*_context(key), f"{key}=inf"], key))
+    for key in ("rounds", "client.batch_size", "seed", "client.lr"):
+        cases.append(([f"{key}=abc"], key))
+    for group in ("algo", "dataset", "model", "partition", "participation", "engine", "logger", "experiment",
+                  "participation/availability", "participation/selection", "participation/dropout"):
+        cases.append(([f"{group}=nosuch"], group))
+    for key in ("client.lrr", "algo.server_lrr", "partition.alphaa", "engine.devices", "participation.foo",
+                "dataset.nme"):
+        cases.append(([f"{key}=1"], key.rsplit(".", 1)[1]))
+    for key in ("anything", "algo.extra", "client.new_key"):
+        cases.append(([f"+{key}=1"], key))
+    cases.append((["++client.lrr=3"], "lrr"))
+    for key in ("seed", "client.lr", "algo", "rounds"):
+        cases.append(([f"~{key}"], key))
+    for key in ("algo._target_", "_target_", "model._args_", "hydra.launcher._target_"):
+        cases.append(([f"+{key}=os.system"], key))
+    cases += [
+        (["seed=${nosuch}"], "nosuch"),
+        (["algo.weighting=heavy"], "algo.weighting"),
+        (["engine.client_runner=warp"], "engine.client_runner"),
+        (["engine.device=tpu"], "engine.device"),
+        (["engine.device=cuda:7"], "engine.device"),
+        (["engine.device=mps"], "engine.device"),
+        (["participation=dropout", "participation.dropout.prob=1"], "participation"),
+        (["participation.selection.clients_per_round=50"], "participation.selection.clients_per_round"),
+        (["targets=[1.5]"], "targets"),
+        (["loss_targets=[0.5]"], "loss_targets"),
+        (["hydra.run.dir=/proc/fedbench"], "hydra.run.dir"),
+        (["engine.client_state=memmap", "algo=mifa", "engine.client_state_dir=/proc/x"], "engine.client_state_dir"),
+        (["resume=/nonexistent/run"], "resume"),
+    ]
+    return cases
+
+
+BAD = generated_bad()
+
+
+def test_at_least_eighty_generated_bad_overrides():
+    assert len(BAD) >= 80, len(BAD)
+
+
+@pytest.mark.parametrize("overrides, key", BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_bad_override_one_paragraph_naming_the_key(tmp_path, overrides, key):
+    base = [o for o in SMOKE if not any(o.split("=")[0] == x.split("=")[0].lstrip("+~") for x in overrides)]
+    code, out, job = call([*base, *overrides], tmp_path)
+    assert code not in (0, None), out
+    assert "Traceback" not in out, out
+    errors = [line for line in out.splitlines() if line.startswith("fedbench: error:")]
+    assert len(errors) == 1 and "Fix:" in errors[0], out
+    assert key in errors[0], out
+    if (job / "summary.json").exists():
+        assert json.loads((job / "summary.json").read_text())["status"] == "failed"
+
+
+UNUSUAL = [
+    ["client.batch_size=100000"],  # clipped to each client's data, with a warning
+    ["participation.selection.clients_per_round=20"],  # S = N
+    ["rounds=1", "eval_every=7"],
+    ["seed=4294967295", "data.seed=0"],
+    ["client.lr=1e-9", "divergence_factor=null"],
+    ["checkpoint_every=0", "checkpoint_keep=1"],
+    ["participation=bernoulli", "participation.availability.prob=0.02", "participation.first_round_full=false"],
+    ["participation=full"],  # the preset's S does not apply to selection=all
+    ["algo=amplified_fedavg", "algo.period=1"],
+    ["participation.availability.kind=always"],
+    ["data.cache=false", "engine.num_threads=1"],
+    ["++client.lr=0.2"],
+]
+
+
+@pytest.mark.parametrize("overrides", UNUSUAL, ids=[" ".join(o) for o in UNUSUAL])
+def test_valid_but_unusual_overrides_run(tmp_path, overrides):
+    code, out, job = call([*SMOKE, *overrides], tmp_path)
+    assert code in (0, None), out
+    assert json.loads((job / "summary.json").read_text())["status"] == "completed"
+
+
+def test_presets_compose_with_sweeps_over_algorithms_and_selections():
+    cfg = compose("experiment=arbitrary_fmnist", "algo=fedavg")
+    assert cfg.algo.name == "fedavg" and "eta" not in cfg.algo
+    amp = compose("experiment=arbitrary_fmnist")
+    assert (amp.algo.eta, amp.algo.period, amp.algo.warmup_rounds) == (10.0, 500, 2000)
+    assert compose("experiment=arbitrary_fmnist", "algo.period=7").algo.period == 7  # the command line wins
+    assert compose("experiment=smoke").participation.selection.clients_per_round == 5
+    assert compose("experiment=smoke", "participation.selection.clients_per_round=3") \
+        .participation.selection.clients_per_round == 3
+    assert compose("experiment=smoke", "participation=full").participation.selection.kind == "all"
+    for name, cls in ALGORITHMS.items():  # one sweep can set the common keys for every algorithm
+        assert {"weighting", "aggregation", "server_lr"} <= {f.name for f in dataclasses.fields(cls.Config)}, name
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["++algo_settings.fedavgg.server_lr=2"], "algo_settings.fedavgg"),
+    (["++algo_settings.fedavg.eta=2"], "algo_settings.fedavg.eta"),
+    (["++where_supported.participation.selection.clients_per_rnd=2"], "clients_per_rnd"),
+    (["++where_supported.clientt.lr=2"], "clientt"),
+])
+def test_preset_settings_typos_are_errors(overrides, key):
+    """(As a preset would set them; ``++`` stands in for a preset file here.)"""
+    with pytest.raises(ConfigError, match=key):
+        compose(*SMOKE, *overrides)
+
+
+def test_preset_algo_settings_apply_only_to_their_algorithm():
+    extra = "++algo_settings.fedavgm.server_momentum=0.5"
+    assert compose(*SMOKE, "algo=fedavgm", extra).algo.server_momentum == 0.5
+    assert compose(*SMOKE, "algo=fedavgm", extra, "algo.server_momentum=0.7").algo.server_momentum == 0.7
+    assert "server_momentum" not in compose(*SMOKE, "algo=fedavg", extra).algo
+
+
+def test_corrupted_partition_cache_is_detected_and_rebuilt(tmp_path, capsys):
+    from fedbench.data import build_federated
+
+    cfg = compose(*SMOKE)
+    root = tmp_path / "data"
+    first = build_federated(cfg.dataset, cfg.partition, root, 0, True)
+    cache = next((root / "cache" / "partitions").glob("*.npz"))
+    with np.load(cache) as z:
+        arrays = dict(z)
+    arrays["owner"] = np.roll(arrays["owner"], 1)  # a tampered cache: valid file, wrong contents
+    np.savez(cache, **arrays)
+    second = build_federated(cfg.dataset, cfg.partition, root, 0, True)
+    assert "do not match their stored hash" in capsys.readouterr().out
+    assert np.array_equal(second.sizes, first.sizes) and np.array_equal(second.y.numpy(), first.y.numpy())
+    cache.write_bytes(b"garbage")
+    third = build_federated(cfg.dataset, cfg.partition, root, 0, True)
+    assert "unreadable" in capsys.readouterr().out and np.array_equal(third.y.numpy(), first.y.numpy())
+
+
+@pytest.mark.parametrize("content, suffix", [(b"", ".csv"), (b"\x00\x01garbage\xff", ".npy"), (b"1,0\n1\n", ".csv"),
+                                            (b"a,b\n", ".txt"), (b"PK\x03\x04zip", ".npy")])
+def test_disguised_or_broken_trace_files_are_refused(tmp_path, content, suffix):
+    path = tmp_path / f"trace{suffix}"
+    path.write_bytes(content)
+    code, out, _ = call([*SMOKE, "participation=trace", f"participation.availability.path={path}"], tmp_path)
+    assert code == 2 and "participation.availability.path" in out and "Traceback" not in out, out
+
+
+def test_trace_file_of_any_extension_with_valid_content_runs(tmp_path):
+    path = tmp_path / "trace.dat"
+    np.save(tmp_path / "t.npy", (np.arange(20 * 20).reshape(20, 20) % 3 == 0).astype(np.int8))
+    (tmp_path / "t.npy").rename(path)
+    code, out, job = call([*SMOKE, "participation=trace", f"participation.availability.path={path}"], tmp_path)
+    assert code in (0, None), out

@@ -1,0 +1,114 @@
+"""Sweeps: failure isolation and the status table, the joblib / submitit / Ray launchers, unique output directories,
+and pre-emption under a scheduler (SIGUSR2 handed on to submitit's handler after a checkpoint)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, TINY, compose
+
+from fedbench.checkpoint import Checkpointer
+from fedbench.engine.simulation import RunControl, Simulation
+from fedbench.logging import RunLogger
+from fedbench.runs import StopSignals
+
+SMOKE = ["experiment=smoke", "logger=none", "rounds=4", "eval_every=2"]
+
+
+def sweep(args, tmp_path, name="sweep"):
+    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", *args, f"data.root={tmp_path / 'data'}",
+                           f"hydra.sweep.dir={tmp_path / name}"], cwd=tmp_path, capture_output=True, text=True,
+                          env=env, timeout=600)
+    statuses = {}
+    for job in (tmp_path / name).iterdir() if (tmp_path / name).is_dir() else []:
+        if (job / "summary.json").exists():
+            statuses[job.name] = json.loads((job / "summary.json").read_text())["status"]
+    return proc, statuses
+
+
+def test_one_failing_and_one_diverging_job_do_not_stop_the_sweep(tmp_path):
+    proc, statuses = sweep([*SMOKE, "client.lr=0.1,1e9", "dataset=digits,mnist"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert sorted(statuses.values()) == ["completed", "diverged", "failed", "failed"], statuses
+    assert "Traceback" not in out
+    table = out[out.index("fedbench: sweep"):]
+    assert all(s in table for s in ("completed", "diverged", "failed", "MNIST files not found"))
+    assert "2 job(s) failed" in out
+
+
+@pytest.mark.slow
+def test_a_diverging_job_alone_leaves_the_exit_status_zero(tmp_path):
+    proc, statuses = sweep([*SMOKE, "client.lr=0.1,1e9"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(statuses.values()) == ["completed", "diverged"]
+
+
+def test_process_launchers_run_a_sweep_with_the_same_numbers(tmp_path):
+    """joblib (loky processes) and submitit's local executor each run the sweep's jobs in their own processes."""
+    accs = {}
+    for launcher in ("joblib", "submitit_local"):
+        proc, statuses = sweep([*SMOKE, f"hydra/launcher={launcher}", "seed=0,1", "engine.num_threads=1"],
+                               tmp_path, launcher)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert list(statuses.values()) == ["completed", "completed"]
+        accs[launcher] = {j: json.loads((tmp_path / launcher / j / "summary.json").read_text())["final_test_acc"]
+                          for j in statuses}
+    assert accs["joblib"] == accs["submitit_local"]
+
+
+def test_ray_preset_composes():
+    from fedbench.cli import _compose
+
+    cfg = _compose([*SMOKE, "hydra/launcher=ray", "hydra.launcher.ray.remote.num_gpus=1"], hydra_node=True)
+    assert cfg.hydra.launcher._target_.endswith("RayLauncher") and cfg.hydra.launcher.ray.remote.num_gpus == 1
+    slurm = _compose([*SMOKE, "hydra/launcher=slurm", "hydra.launcher.partition=gpu"], hydra_node=True)
+    assert slurm.hydra.launcher.partition == "gpu" and slurm.hydra.launcher.max_num_timeout == 5
+
+
+@pytest.mark.slow
+def test_ray_runs_two_jobs_locally(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher")
+    proc, statuses = sweep([*SMOKE, "hydra/launcher=ray", "seed=0,1"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list(statuses.values()) == ["completed", "completed"]
+
+
+def test_identical_jobs_started_together_get_their_own_directories(tmp_path):
+    env = {**os.environ, "WANDB_SILENT": "true"}
+    args = [sys.executable, str(ROOT / "run.py"), *SMOKE, f"data.root={tmp_path / 'data'}"]
+    procs = [subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(2)]
+    assert [p.wait(300) for p in procs] == [0, 0]
+    runs = [d for day in (tmp_path / "outputs" / "runs").iterdir() for d in day.iterdir()]
+    assert len(runs) == 2 and all((d / "summary.json").exists() for d in runs)
+
+
+def test_sigusr2_preemption_checkpoints_then_hands_the_signal_to_the_scheduler(tmp_path):
+    cfg = compose(*TINY, "rounds=8", "logger=csv")
+    sim = Simulation(cfg, tmp_path / "run", tmp_path / "data")
+    logger = RunLogger(tmp_path / "run", cfg)
+    requeued = []
+    previous = signal.signal(signal.SIGUSR2, lambda s, f: requeued.append(s))  # stands in for submitit's handler
+    try:
+        signals = StopSignals()
+        with signals:
+            def stop():
+                if sim.next_round == 3 and signals.signum is None:
+                    os.kill(os.getpid(), signal.SIGUSR2)  # the scheduler's notice, mid-run
+                return signals.reason()
+
+            summary = sim.run(logger, RunControl(Checkpointer(tmp_path / "run"), "{}", stop))
+            assert requeued == []  # not before the checkpoint
+        assert summary["status"] == "interrupted" and "SIGUSR2" in summary["reason"]
+        assert [r for r, _ in Checkpointer(tmp_path / "run").paths()][-1] == 3
+        signals.chain()
+        assert requeued == [signal.SIGUSR2]
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+        logger.finish()
