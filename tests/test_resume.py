@@ -211,3 +211,33 @@ def test_rounds_with_nobody_completing_are_counted(tmp_path):
                   "participation.availability.prob=0.05", "participation.first_round_full=false")
     _, summary = _run(cfg, tmp_path / "run", tmp_path / "data")
     assert summary["empty_rounds"] > 0 and summary["status"] == "completed"
+
+
+def test_resume_true_finds_the_latest_run_of_the_same_config_under_outputs(tmp_path):
+    from fedbench.runs import plan
+
+    outputs = tmp_path / "outputs"
+    cfg = compose(*BASE, "resume=true")
+    _run(cfg, outputs / "runs" / "d" / "old", tmp_path / "data", stop_at=R)
+    _run(compose(*BASE, "seed=1"), outputs / "runs" / "d" / "other", tmp_path / "data", stop_at=R)
+    found = plan(cfg, outputs / "runs" / "d" / "new", outputs)
+    assert found.run_dir == outputs / "runs" / "d" / "old" and found.checkpoint["round"] == R
+    fresh = plan(compose(*BASE, "resume=true", "seed=2"), outputs / "runs" / "d" / "new2", outputs)
+    assert fresh.checkpoint is None and "afresh" in fresh.note
+
+
+def test_wandb_run_id_is_checkpointed_and_resumed(tmp_path):
+    pytest.importorskip("wandb")
+    os.environ["WANDB_SILENT"] = "true"
+    cfg = compose(*BASE, "logger=wandb")
+    sim = Simulation(cfg, tmp_path / "run", tmp_path / "data")
+    logger = RunLogger(tmp_path / "run", cfg)
+    run_id = logger.run_id
+    sim.run(logger, RunControl(Checkpointer(tmp_path / "run"), json.dumps(plain_config(cfg)),
+                               lambda: "SIGTERM" if sim.next_round == R else None))
+    logger.finish()
+    _, state = Checkpointer(tmp_path / "run").latest()
+    assert state["wandb_id"] == run_id
+    again = RunLogger(tmp_path / "run", cfg, resume_round=R, wandb_id=state["wandb_id"])
+    assert again.run_id == run_id
+    again.finish()

@@ -280,6 +280,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     root = Path(to_absolute_path(cfg.data.root))
     logger, sim, code, signals = None, None, 1, StopSignals()
     try:
+        signals.__enter__()  # from here on, SIGINT / SIGTERM end the job cleanly (checkpoint, status)
         job = plan(cfg, fresh_dir, Path(to_absolute_path("outputs")),
                    requeued=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0)
         run_dir = job.run_dir
@@ -297,8 +298,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
                            wandb_id=None if ckpt is None else ckpt.get("wandb_id"))
         control = RunControl(Checkpointer(run_dir, cfg.checkpoint_keep), json.dumps(plain_config(cfg)),
                              signals.reason)
-        with signals:
-            summary = sim.run(logger, control)
+        summary = sim.run(logger, control)
         logger.write_summary(summary)
         logger.print(f"[{cfg.algo.name}] {summary['status']}"
                      + (f" ({summary['reason']})" if summary["reason"] else "") + f": results in {run_dir}")
@@ -335,6 +335,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
             raise SystemExit(1) from None
         print(f"fedbench: error: job {run_dir.name}: {message}", file=sys.stderr, flush=True)
     finally:
+        signals.__exit__()
         if logger is not None:
             logger.finish(code)
     return None
@@ -372,7 +373,11 @@ SWEEP_FAILED: list = []
 
 def main() -> None:
     register_configs()
-    message = preflight(sys.argv[1:])
+    try:
+        message = preflight(sys.argv[1:])
+    except KeyboardInterrupt:
+        print("fedbench: interrupted before any job started", file=sys.stderr)
+        raise SystemExit(130) from None
     if message:
         fail(message)
     hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=CONFIG_NAME)(run_job)()

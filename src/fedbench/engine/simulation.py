@@ -285,7 +285,8 @@ class Simulation:
         every = cfg.eval_every if cfg.checkpoint_every is None else cfg.checkpoint_every
         status, reason = "completed", None
         clock = time.perf_counter() - self.elapsed  # the rounds' clock, continued across a resume
-        for t in range(self.next_round, cfg.rounds):
+        stop = control.stop()  # a stop asked for while the run was being built
+        for t in range(self.next_round, cfg.rounds if not stop else self.next_round):
             stats = self.round(t)
             self.next_round = r = t + 1
             if stats["completed"] == 0:
@@ -309,7 +310,7 @@ class Simulation:
                 status = "diverged"
                 logger.print(f"[{name}] stopping: diverged ({reason})")
                 break
-            stop = control.stop()
+            stop = control.stop() if r < cfg.rounds else None
             self.elapsed = time.perf_counter() - clock
             if stop or (every and r % every == 0 and r < cfg.rounds):
                 self.checkpoint(control, logger)
@@ -318,7 +319,10 @@ class Simulation:
                 logger.print(f"[{name}] {stop}: stopped after round {r}, checkpoint written")
                 break
         self.elapsed = time.perf_counter() - clock
-        if status == "completed":
+        if stop and status == "completed":
+            self.checkpoint(control, logger)
+            status, reason = "interrupted", f"{stop} before round {self.next_round + 1}; resume with resume=true"
+        elif status == "completed":
             self.checkpoint(control, logger)
         self._write_participation(logger)
         return self.summary(self.elapsed, status, reason)
