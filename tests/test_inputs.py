@@ -111,6 +111,9 @@ def generated_bad():
         (["hydra.run.dir=/proc/fedbench"], "hydra.run.dir"),
         (["engine.client_state=memmap", "algo=mifa", "engine.client_state_dir=/proc/x"], "engine.client_state_dir"),
         (["resume=/nonexistent/run"], "resume"),
+        (["model=lenet5"], "model"),  # 5x5 convolutions on 8x8 digits
+        (["dataset=synthetic", "model=resnet20"], "model"),  # a CNN on 60-dimensional vectors
+        (["partition.num_clients=2000"], "partition"),  # more clients than samples
     ]
     return cases
 

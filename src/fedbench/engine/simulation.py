@@ -24,7 +24,7 @@ from fedbench.engine.local import LocalModule
 from fedbench.engine.oracle import EngineOracle
 from fedbench.engine.runners import make_runner
 from fedbench.engine.trainer import ClientTrainer
-from fedbench.errors import ConfigError, require
+from fedbench.errors import ConfigError, FedbenchError, require
 from fedbench.logging import RunLogger
 from fedbench.logging.plots import heatmap, probability_histogram
 from fedbench.models import build_model
@@ -93,7 +93,7 @@ class Simulation:
         if cfg.client.batch_size > smallest:
             print(f"fedbench: warning: client.batch_size={cfg.client.batch_size} exceeds the smallest client's "
                   f"{smallest} samples; such clients use batches of all their data (full-batch steps)", flush=True)
-        model = build_model(cfg.model, self.data.input_shape, self.data.num_classes, torch_rng(seed, "init"))
+        model = self._build_model(seed)
         self.module = LocalModule(model.to(self.device), cfg.client.lr, cfg.client.momentum, cfg.client.weight_decay)
         runner = make_runner(cfg.engine.client_runner.value, self.module, self.device)
         self.trainer = ClientTrainer(self.data, runner, seed, cfg.client.batch_size,
@@ -127,6 +127,28 @@ class Simulation:
         self.empty_rounds = 0  # rounds in which no client completed
         self.initial_test_loss: Optional[float] = None
         self.nonfinite_loss = False  # a client's training loss in the last round was NaN or infinite
+
+    def _build_model(self, seed: int) -> torch.nn.Module:
+        """The model, checked on two training inputs (eval mode, no state changes): a model that cannot take the
+        dataset's input shape is a config error named at start, not a crash in the first round."""
+        cfg, data = self.cfg, self.data
+        try:
+            model = build_model(cfg.model, data.input_shape, data.num_classes, torch_rng(seed, "init"))
+            model.to(self.device).eval()
+            with torch.no_grad():
+                out = model(data.x[:2])
+            model.train()
+            ok = tuple(out.shape) == (min(2, len(data.x)), data.num_classes)
+            problem = "" if ok else f"it outputs shape {tuple(out.shape)}"
+        except FedbenchError:
+            raise
+        except Exception as exc:
+            problem = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if problem:
+            raise ConfigError("model", f"model={cfg.model.name} does not fit {data.name}'s inputs of shape "
+                              f"{tuple(data.input_shape)} with {data.num_classes} classes ({problem}).",
+                              "choose a model built for this input (README, Models).")
+        return model
 
     def _refuse_degenerate(self) -> None:
         """Refuse a participation process under which no client can ever complete a round (never available, or
