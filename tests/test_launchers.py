@@ -49,17 +49,21 @@ def test_a_diverging_job_alone_leaves_the_exit_status_zero(tmp_path):
     assert sorted(statuses.values()) == ["completed", "diverged"]
 
 
-def test_process_launchers_run_a_sweep_with_the_same_numbers(tmp_path):
-    """joblib (loky processes) and submitit's local executor each run the sweep's jobs in their own processes."""
+@pytest.mark.parametrize("launcher", ["joblib", pytest.param("submitit_local", marks=pytest.mark.slow)])
+def test_process_launchers_run_a_sweep_with_the_numbers_of_a_single_run(tmp_path, launcher):
+    """joblib (loky processes) and submitit's local executor run the sweep's jobs in their own processes."""
     accs = {}
-    for launcher in ("joblib", "submitit_local"):
+    for launcher in (launcher,):
         proc, statuses = sweep([*SMOKE, f"hydra/launcher={launcher}", "seed=0,1", "engine.num_threads=1"],
                                tmp_path, launcher)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert list(statuses.values()) == ["completed", "completed"]
-        accs[launcher] = {j: json.loads((tmp_path / launcher / j / "summary.json").read_text())["final_test_acc"]
-                          for j in statuses}
-    assert accs["joblib"] == accs["submitit_local"]
+        accs = {j: json.loads((tmp_path / launcher / j / "summary.json").read_text())["final_test_acc"]
+                for j in statuses}
+    from test_resume import _run  # job 1 (seed 1) in this process gives the same number
+
+    _, single = _run(compose(*SMOKE, "seed=1", "engine.num_threads=1"), tmp_path / "single", tmp_path / "data")
+    assert accs["1_fedavg_seed1"] == single["final_test_acc"]
 
 
 def test_ray_preset_composes():
@@ -79,6 +83,7 @@ def test_ray_runs_two_jobs_locally(tmp_path):
     assert list(statuses.values()) == ["completed", "completed"]
 
 
+@pytest.mark.slow
 def test_identical_jobs_started_together_get_their_own_directories(tmp_path):
     env = {**os.environ, "WANDB_SILENT": "true"}
     args = [sys.executable, str(ROOT / "run.py"), *SMOKE, f"data.root={tmp_path / 'data'}"]
