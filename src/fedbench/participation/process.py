@@ -50,7 +50,7 @@ class ParticipationProcess:
         self._stats: dict = {}
         self._probabilities: list = []  # (round, p) every ``probabilities_every`` rounds
         self._updates: list = []  # the round's (client, update, weight) for a rule that ``keeps_updates``
-        self._trace = self._allocate(max(ctx.rounds, 1))
+        self._trace = self._allocate(min(max(ctx.rounds, 1), 1024))  # grown as rounds are drawn
         self._cache: dict[bytes, np.ndarray] = {}
 
     def _allocate(self, rounds: int) -> dict[str, np.ndarray]:
@@ -178,7 +178,7 @@ class ParticipationProcess:
 
     def load_state_dict(self, state: dict) -> None:
         self.drawn = int(state["drawn"])
-        self._trace = self._allocate(max(self.ctx.rounds, self.drawn, 1))
+        self._trace = self._allocate(max(min(self.ctx.rounds, 1024), self.drawn, 1))
         for k, v in state["trace"].items():
             self._trace[k][: self.drawn] = v
         self._cache = {bytes(k): np.asarray(v) for k, v in state["cache"]}
