@@ -70,12 +70,14 @@ class AmplifiedFedAvg(Algorithm):
         return RoundParticipation(part.round, np.ones(n, dtype=bool), ids, np.ones(ids.size, dtype=bool),
                                   np.full(ids.size, self.ctx.local_steps, dtype=np.int64), np.ones(n))
 
-    def client_update(self, trainer, rc, client, steps, x, payload):
+    def local_options(self, rc, client):
         warm = rc.round < self.cfg.warmup_rounds
-        lr = self.cfg.warmup_lr if warm and self.cfg.warmup_lr is not None else None
-        full = self.mode == Mode.wait_full and not warm
-        batch = int(self.ctx.sizes[client]) if full else None
-        return trainer.train(rc, client, steps, x, self.step_hook(rc, client, x, payload), lr=lr, batch_size=batch)
+        options = {}
+        if warm and self.cfg.warmup_lr is not None:
+            options["lr"] = self.cfg.warmup_lr
+        if self.mode == Mode.wait_full and not warm:
+            options["batch_size"] = int(self.ctx.sizes[client])
+        return options
 
     def server_update(self, rc, x):
         x.add_(rc.acc, alpha=self.cfg.server_lr)

@@ -179,9 +179,22 @@ class Algorithm:
         """The hook shaping each local step of ``client``'s run this round (None: plain SGD on the loss)."""
         return None
 
+    def local_options(self, rc: RoundContext, client: int) -> Dict[str, Any]:
+        """Overrides of this client's local run: ``lr`` and / or ``batch_size`` (none by default)."""
+        return {}
+
+    def finish_update(self, rc: RoundContext, client: int, update: ClientUpdate) -> ClientUpdate:
+        """Client-side post-processing of a local run's update before upload (e.g. MimiC's correction)."""
+        return update
+
     def client_update(self, trainer: "ClientTrainer", rc: RoundContext, client: int, steps: int,
                       x: torch.Tensor, payload: Dict[str, torch.Tensor]) -> ClientUpdate:
-        return trainer.train(rc, client, steps, x, self.step_hook(rc, client, x, payload))
+        """One client's local run from x: ``step_hook`` shapes its steps, ``local_options`` its learning rate and
+        batch size, ``finish_update`` its upload. Algorithms that keep to these three run under every client
+        runner, the vmap cohort runner included (``fedbench.engine.cohort``)."""
+        update = trainer.train(rc, client, steps, x, self.step_hook(rc, client, x, payload),
+                               **self.local_options(rc, client))
+        return self.finish_update(rc, client, update)
 
     def accumulate(self, rc: RoundContext, client: int, update: ClientUpdate, weight: float) -> None:
         rc.acc.add_(update.delta, alpha=weight)

@@ -126,6 +126,8 @@ class ParticipationConfig:
 class ClientRunner(Enum):
     thin = "thin"  # our own loop driving the LightningModule (fast, default)
     lightning = "lightning"  # a lightning.Trainer per client (slow; for cross-checking)
+    vmap = "vmap"  # the round's clients batched with torch.func.vmap (fedbench.engine.cohort)
+    auto = "auto"  # vmap where the configuration allows it, else thin
 
 
 class ClientStateBackend(Enum):
@@ -136,6 +138,7 @@ class ClientStateBackend(Enum):
 @dataclass
 class EngineConfig:
     client_runner: ClientRunner = ClientRunner.thin
+    cohort_size: int = 128  # client_runner=vmap: clients trained together at most (bounds memory)
     device: str = "cpu"  # cpu | cuda | cuda:N | auto
     eval_batch_size: int = 2048
     eval_train: bool = False  # also evaluate the global model on the whole training set (global_train_loss/acc)

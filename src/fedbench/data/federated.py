@@ -54,16 +54,20 @@ class FederatedData:
             setattr(self, name, getattr(self, name).to(device))
         return self
 
-    def client_batches(self, client: int, steps: int, batch_size: int, gen: torch.Generator) -> list:
-        """``steps`` minibatches of client ``client``: sampling without replacement within an epoch, epochs
-        chained (a fresh permutation each), all drawn from the per-(seed, round, client) generator ``gen``. A batch
-        size above the client's number of samples n_i is clipped to n_i (each step then sees all its data)."""
+    def client_indices(self, client: int, steps: int, batch_size: int, gen: torch.Generator) -> tuple:
+        """(indices into ``x`` of the ``steps`` minibatches, concatenated; the batch size, clipped to n_i)."""
         lo = int(self.offsets[client])
         n = int(self.offsets[client + 1]) - lo
         batch_size = min(batch_size, n)
         need = steps * batch_size
         perms = [torch.randperm(n, generator=gen) for _ in range(-(-need // n))]
-        idx = (torch.cat(perms)[:need] + lo).to(self.x.device)
+        return (torch.cat(perms)[:need] + lo).to(self.x.device), batch_size
+
+    def client_batches(self, client: int, steps: int, batch_size: int, gen: torch.Generator) -> list:
+        """``steps`` minibatches of client ``client``: sampling without replacement within an epoch, epochs
+        chained (a fresh permutation each), all drawn from the per-(seed, round, client) generator ``gen``. A batch
+        size above the client's number of samples n_i is clipped to n_i (each step then sees all its data)."""
+        idx, batch_size = self.client_indices(client, steps, batch_size, gen)
         xb, yb = self.x[idx], self.y[idx]
         batches = list(zip(xb.split(batch_size), yb.split(batch_size)))
         if self.augment != "none":

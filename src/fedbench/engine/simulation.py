@@ -18,6 +18,7 @@ from fedbench.config.checks import validate
 from fedbench.config.schema import NoiseSpread
 from fedbench.data import FederatedData, build_federated
 from fedbench.engine.client_state import ClientStateStore
+from fedbench.engine.cohort import CohortTrainer, unsupported
 from fedbench.engine.evaluation import evaluate
 from fedbench.engine.schedule import lr_at
 from fedbench.engine.local import LocalModule
@@ -95,7 +96,8 @@ class Simulation:
                   f"{smallest} samples; such clients use batches of all their data (full-batch steps)", flush=True)
         model = self._build_model(seed)
         self.module = LocalModule(model.to(self.device), cfg.client.lr, cfg.client.momentum, cfg.client.weight_decay)
-        runner = make_runner(cfg.engine.client_runner.value, self.module, self.device)
+        kind = cfg.engine.client_runner.value
+        runner = make_runner("thin" if kind in ("vmap", "auto") else kind, self.module, self.device)
         self.trainer = ClientTrainer(self.data, runner, seed, cfg.client.batch_size,
                                      noise_levels(cfg, self.data.num_clients, data_seed))
         self.x = self.module.flat.params.detach().clone()
@@ -119,6 +121,16 @@ class Simulation:
                                   cfg.client.local_steps, cfg.client.batch_size, self.module.flat.sizes,
                                   [sum(p.numel() for p in b.parameters()) for b in model.blocks()])
         )
+        self.cohort = None
+        why = unsupported(self.algo, self.module, self.trainer.noise_std is not None, self.data.augment != "none") \
+            if kind in ("vmap", "auto") else "not asked for"
+        self.runner_kind = "vmap" if why is None else ("thin" if kind == "auto" else kind)
+        if kind == "vmap":
+            require(why is None, "engine.client_runner", f"vmap cannot run this configuration: {why}.",
+                    "use engine.client_runner=thin.")
+        if self.runner_kind == "vmap":
+            self.cohort = CohortTrainer(self.module, cfg.engine.cohort_size, cfg.client.momentum,
+                                        cfg.client.weight_decay)
         self.init_cost = Cost().totals()
         self.next_round = 0  # rounds done
         self.history: list = []  # metrics.csv rows
@@ -189,13 +201,17 @@ class Simulation:
         new_buffers = torch.zeros_like(self.buffers) if self.buffers.numel() else None
         buffer_weight = 0.0
         losses = []
+        batched = iter(self._cohort_updates(rc)) if self.cohort is not None else None
         for client, done, steps in zip(part.selected.tolist(), part.completed.tolist(), part.local_steps.tolist()):
             payload = self.algo.payload(rc, client)
             cost.download(*model, *payload.values())
             if not done:
                 continue
             w = float(next(completed))
-            update = self.algo.client_update(self.trainer, rc, client, steps, self.x, payload)
+            if batched is not None:
+                update = self.algo.finish_update(rc, client, next(batched))
+            else:
+                update = self.algo.client_update(self.trainer, rc, client, steps, self.x, payload)
             self.algo.accumulate(rc, client, update, w)
             self.participation.observe(t, client, update, w)
             if new_buffers is not None and update.buffers is not None and w > 0:
@@ -216,6 +232,13 @@ class Simulation:
                 "completed": int(part.completed.sum()), "train_loss": float(np.mean(losses)) if losses else math.nan,
                 "lr": rc.lr, **{k: v for k, v in cost.since(before).items() if not k.startswith("bytes")},
                 **self.participation.round_stats(), **self.algo.round_stats(rc)}
+
+    def _cohort_updates(self, rc: RoundContext) -> list:
+        """The round's completed entries trained together (engine.client_runner=vmap), in the loop's order."""
+        part = rc.part
+        entries = [(int(c), int(s), self.algo.local_options(rc, int(c)))
+                   for c, s in zip(part.completed_ids.tolist(), part.completed_steps.tolist())]
+        return self.cohort.updates(self.trainer, rc, entries, self.x)
 
     def initialize(self) -> Dict[str, int]:
         """The algorithm's initialization exchange at x_0 (e.g. FedAMD's cache of full gradients), counted apart
@@ -296,7 +319,7 @@ class Simulation:
         name = cfg.algo.name
         resumed = self.next_round > 0
         logger.print(f"[{name}] {self.data.name}: {self.data.num_clients} clients, {self.dim:,} parameters, "
-                     f"{cfg.rounds} rounds, device {self.device}"
+                     f"{cfg.rounds} rounds, device {self.device}, {self.runner_kind} runner"
                      + (f" (resumed at round {self.next_round})" if resumed else ""))
         png = heatmap(self.data.label_hist, self.run_dir / "partition.png", "label", "client",
                       f"{self.data.name} / {cfg.partition.name}: samples per client and label")
@@ -429,6 +452,7 @@ class Simulation:
             **self.trainer.cost.totals(),
             "init_cost": self.init_cost,
             "num_parameters": self.dim,
+            "client_runner": self.runner_kind,
             "num_clients": self.data.num_clients,
             "partition_hash": self.data.partition_hash,
             "algorithm_state_bytes": self.algo.server_state_bytes(),

@@ -46,6 +46,12 @@ class ClientTrainer:
         gen = torch_rng(self.seed, self._occurrence(client, purpose), rc.round, client)
         return self.data.client_batches(client, steps, batch_size or self.batch_size, gen)
 
+    def batch_indices(self, rc: RoundContext, client: int, steps: int, batch_size: Optional[int] = None,
+                      purpose: str = "batches") -> tuple:
+        """What ``batches`` would gather, as (indices into the data, batch size): the same stream and counters."""
+        gen = torch_rng(self.seed, self._occurrence(client, purpose), rc.round, client)
+        return self.data.client_indices(client, steps, batch_size or self.batch_size, gen)
+
     def _occurrence(self, client: int, purpose: str) -> str:
         """``purpose`` for the client's first use of a stream in the round, ``purpose/k`` for its k-th repeat."""
         k = self._occurrences[client, purpose]

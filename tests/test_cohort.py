@@ -1,0 +1,69 @@
+"""The vmap cohort runner gives the sequential runner's parameters, costs and losses (1e-5 on CPU), for every
+algorithm it runs and for ragged rounds (stragglers, clipped batches); the others are refused at start."""
+
+import pytest
+import torch
+
+from conftest import TINY, compose
+from helpers import trained_sim
+
+from fedbench.errors import ConfigError
+
+SUPPORTED = [
+    ("algo=fedavg",),
+    ("algo=fedavgm", "client.momentum=0.9", "client.weight_decay=1e-3"),
+    ("algo=mifa",),
+    ("algo=fedvarp",),
+    ("algo=mimic",),
+    ("algo=amplified_fedavg", "algo.period=2", "algo.warmup_rounds=1", "algo.warmup_lr=0.3"),
+    ("algo=fedavg", "participation=straggler"),  # clients finish different numbers of steps
+    ("algo=fedavg", "client.batch_size=200"),  # clients smaller than the batch: padded, masked
+    ("algo=fedavg", "participation/selection=md", "participation.selection.replacement=true"),  # repeats
+    ("algo=fedavg", "engine.cohort_size=3"),  # chunks
+]
+
+
+def _pair(tmp_path, *overrides):
+    base = [o for o in TINY if not (o.startswith("participation.") and any(x.startswith("participation=")
+                                                                           for x in overrides))]
+    seq = trained_sim(compose(*base, *overrides), tmp_path / "seq")
+    vec = trained_sim(compose(*base, *overrides, "engine.client_runner=vmap"), tmp_path / "vmap")
+    return seq, vec
+
+
+@pytest.mark.parametrize("overrides", SUPPORTED, ids=lambda o: "-".join(x.split("=")[-1] for x in o))
+def test_vmap_equals_the_sequential_runner(tmp_path, overrides):
+    seq, vec = _pair(tmp_path, *overrides)
+    assert vec.cohort is not None
+    assert torch.allclose(seq.x, vec.x, atol=1e-5, rtol=0), float((seq.x - vec.x).abs().max())
+    assert seq.trainer.cost.totals() == vec.trainer.cost.totals()
+    for name in seq.store.tables:
+        a, b = seq.store.tables[name], vec.store.tables[name]
+        assert (a.seen == b.seen).all()
+
+
+def test_vmap_round_statistics_match(tmp_path):
+    cfg = compose(*TINY, "participation=straggler")
+    seq = trained_sim(cfg, tmp_path / "a")
+    vec = trained_sim(compose(*TINY, "participation=straggler", "engine.client_runner=vmap"), tmp_path / "b")
+    a, b = seq.round(cfg.rounds), vec.round(cfg.rounds)
+    assert a["completed"] == b["completed"] and a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-5)
+
+
+@pytest.mark.parametrize("overrides, why", [
+    (("algo=scaffold",), "hooks"),
+    (("algo=fedprox",), "hooks"),
+    (("model=mlp_fedsrc",), "dropout"),
+    (("model=mlp_784_200_100_10_bn", "dataset=synthetic", "dataset.dim=784"), "BatchNorm"),
+    (("client.grad_noise=0.1",), "noise"),
+])
+def test_unsupported_configurations_are_refused_at_start(tmp_path, overrides, why):
+    with pytest.raises(ConfigError, match=f"engine.client_runner.*{why}"):
+        trained_sim(compose(*TINY, *overrides, "engine.client_runner=vmap", "rounds=1"), tmp_path)
+
+
+@pytest.mark.parametrize("algo, picked", [("fedavg", "vmap"), ("scaffold", "thin")])
+def test_auto_picks_vmap_where_it_can_with_the_picked_runners_numbers(tmp_path, algo, picked):
+    auto = trained_sim(compose(*TINY, f"algo={algo}", "engine.client_runner=auto"), tmp_path / "auto")
+    same = trained_sim(compose(*TINY, f"algo={algo}", f"engine.client_runner={picked}"), tmp_path / "same")
+    assert auto.runner_kind == picked and torch.equal(auto.x, same.x)
