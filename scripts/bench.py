@@ -1,14 +1,26 @@
-"""Throughput benchmark of the round loop: rounds/s and local steps/s, evaluation excluded.
+"""fedbench's throughput against a floor: plain PyTorch loops doing the same arithmetic, in the same run.
 
-    python scripts/bench.py                       # default experiment (FashionMNIST CNN), thin runner
-    python scripts/bench.py engine.device=cuda    # any Hydra overrides
-    python scripts/bench.py --rounds 20 --compare-lightning
+    python scripts/bench.py                 # W1, W1-big, W2, W3, W4 (minutes), table + bench.json
+    python scripts/bench.py --only W2 --reps 5
+    python scripts/bench.py --quick         # tiny sizes on scikit-learn's digits (the test suite runs this)
+
+Each (workload, variant) runs in its own process (so peak RSS is its own): fedbench with the thin and (where the
+configuration allows it) vmap runners, and two floors with no framework -- a sequential loop (copy the global
+vector into the model, I SGD steps per client, average the deltas) and a vmap-batched loop (torch.func over the
+round's clients). Rounds/s is the median of ``--reps`` timed repetitions after a warm-up; fedbench's split of a
+round (local training, aggregation/server, participation, the rest) is timed inside the same rounds, evaluation
+apart (one evaluation, shown per round at the workload's eval_every). Ratios are fedbench / floor.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -17,49 +29,210 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from fedbench.cli import _compose  # noqa: E402
-from fedbench.config import register_configs  # noqa: E402
-from fedbench.engine.simulation import Simulation  # noqa: E402
+FMNIST = ["dataset=fmnist", "partition=iid", "model=cnn_fmnist", "client.local_steps=5", "client.batch_size=16",
+          "client.lr=0.05", "participation=uniform", "engine.num_threads=1"]
+WORKLOADS = {
+    "W1": [*FMNIST, "partition.num_clients=100", "participation.selection.clients_per_round=10"],
+    "W1-big": [*FMNIST, "partition.num_clients=500", "participation.selection.clients_per_round=50"],
+    "W2": [*FMNIST, "model=logreg", "partition.num_clients=1000", "participation.selection.clients_per_round=100",
+           "client.local_steps=10", "client.batch_size=10"],
+    "W3-mifa": [*FMNIST, "algo=mifa", "partition.num_clients=1000", "participation.selection.clients_per_round=10"],
+    "W3-scaffold": [*FMNIST, "algo=scaffold", "partition.num_clients=1000",
+                    "participation.selection.clients_per_round=10"],
+    "W4": ["experiment=arbitrary_fmnist", "engine.num_threads=1"],
+}
+QUICK = {
+    "Q-mlp": ["dataset=digits", "partition=iid", "model=mlp", "partition.num_clients=20", "client.local_steps=3",
+              "client.batch_size=8", "participation=uniform", "participation.selection.clients_per_round=5",
+              "engine.num_threads=1"],
+}
 
 
-def measure(overrides: list[str], rounds: int, warmup: int = 2) -> dict:
-    cfg = _compose(["logger=none", *overrides])
-    with tempfile.TemporaryDirectory() as tmp:
-        sim = Simulation(cfg, Path(tmp), ROOT / cfg.data.root)
-        for t in range(warmup):
-            sim.round(t)
-        if sim.device.type == "cuda":
-            import torch
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-            torch.cuda.synchronize()
+
+def _median_rate(step, rounds: int, reps: int, sync) -> tuple:
+    step(0)  # warm-up
+    times = []
+    t = 1
+    for _ in range(reps):
+        sync()
         start = time.perf_counter()
-        steps = 0
-        for t in range(warmup, warmup + rounds):
-            sim.round(t)
-            steps += int(sim.participation.last.completed_steps.sum())
-        if sim.device.type == "cuda":
-            torch.cuda.synchronize()
-        elapsed = time.perf_counter() - start
-        t0 = time.perf_counter()
-        sim.evaluate()
-        eval_s = time.perf_counter() - t0
-    return {"overrides": overrides, "device": str(sim.device), "rounds": rounds, "seconds": round(elapsed, 3),
-            "rounds_per_s": round(rounds / elapsed, 3), "local_steps_per_s": round(steps / elapsed, 1),
-            "eval_seconds": round(eval_s, 3)}
+        for _ in range(rounds):
+            step(t)
+            t += 1
+        sync()
+        times.append(time.perf_counter() - start)
+    return rounds / statistics.median(times), times
+
+
+def fedbench_variant(overrides: list, runner: str, rounds: int, reps: int) -> dict:
+    import torch
+
+    from fedbench.cli import _compose
+    from fedbench.config import register_configs
+    from fedbench.engine.simulation import Simulation
+
+    register_configs()
+    cfg = _compose(["logger=none", *overrides, f"engine.client_runner={runner}"])
+    sim = Simulation(cfg, Path(tempfile.mkdtemp()), ROOT / cfg.data.root)
+    if runner == "vmap" and sim.cohort is None:
+        return {"skipped": "vmap unsupported"}
+    split = {"train": 0.0, "server": 0.0, "participation": 0.0}
+
+    def timed(obj, name, key):
+        fn = getattr(obj, name)
+
+        def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                split[key] += time.perf_counter() - t0
+        setattr(obj, name, wrapper)
+
+    timed(sim.participation, "round", "participation")
+    timed(sim.algo, "client_update", "train")
+    timed(sim, "_cohort_updates", "train")
+    for name in ("accumulate", "server_update", "begin_round"):
+        timed(sim.algo, name, "server")
+    sync = torch.cuda.synchronize if sim.device.type == "cuda" else (lambda: None)
+    rate, times = _median_rate(sim.round, rounds, reps, sync)
+    total = sum(times)
+    t0 = time.perf_counter()
+    sim.evaluate()
+    eval_s = time.perf_counter() - t0
+    per_round = {k: v / (rounds * reps + 1) for k, v in split.items()}
+    per_round["rest"] = max(total / (rounds * reps) - sum(per_round.values()), 0.0)
+    per_round["evaluation"] = eval_s / (cfg.eval_every)
+    return {"rounds_per_s": rate, "split_s": per_round, "eval_s": eval_s, "peak_rss_mb": _rss_mb(),
+            "eval_every": cfg.eval_every, "device": str(sim.device), "num_clients": sim.data.num_clients,
+            "dim": sim.dim}
+
+
+def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dict:
+    """Plain PyTorch: the same data, model, S, I, batch and lr; uniform S-of-N sampling, FedAvg's mean delta."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from torch.func import functional_call, grad, vmap
+
+    from fedbench.cli import _compose
+    from fedbench.config import register_configs
+    from fedbench.data import build_federated
+    from fedbench.models import build_model
+
+    register_configs()
+    cfg = _compose(["logger=none", *overrides])
+    torch.set_num_threads(max(cfg.engine.num_threads, 1))
+    data = build_federated(cfg.dataset, cfg.partition, ROOT / cfg.data.root, 0, True)
+    model = build_model(cfg.model, data.input_shape, data.num_classes, torch.Generator().manual_seed(0))
+    params = list(model.parameters())
+    x = torch.nn.utils.parameters_to_vector(params).detach()
+    n, s = data.num_clients, cfg.participation.selection.clients_per_round
+    steps, b, lr = cfg.client.local_steps, cfg.client.batch_size, cfg.client.lr
+    offsets, rng = data.offsets.numpy(), np.random.default_rng(0)
+    names = [k for k, _ in model.named_parameters()]
+    shapes = [p.shape for p in params]
+    sizes = [p.numel() for p in params]
+
+    def batch_idx(clients):
+        return torch.from_numpy(np.stack([rng.integers(offsets[c], offsets[c + 1], (steps, b)) for c in clients]))
+
+    def loss_fn(w, xb, yb):
+        ws = dict(zip(names, [t.view(sh) for t, sh in zip(torch.split(w, sizes), shapes)]))
+        return F.cross_entropy(functional_call(model, ws, (xb,)), yb)
+
+    step_all = vmap(grad(loss_fn))
+    opt = torch.optim.SGD(params, lr=lr)
+
+    def round_seq(t):
+        nonlocal x
+        clients = rng.choice(n, s, replace=False)
+        idx = batch_idx(clients)
+        acc = torch.zeros_like(x)
+        for i in range(s):
+            torch.nn.utils.vector_to_parameters(x, params)
+            for k in range(steps):
+                opt.zero_grad(set_to_none=True)
+                F.cross_entropy(model(data.x[idx[i, k]]), data.y[idx[i, k]]).backward()
+                opt.step()
+            acc += torch.nn.utils.parameters_to_vector(params).detach() - x
+        x = x + acc / s
+
+    def round_vmap(t):
+        nonlocal x
+        idx = batch_idx(rng.choice(n, s, replace=False))
+        X, Y = data.x[idx], data.y[idx]
+        P = x.unsqueeze(0).repeat(s, 1)
+        for k in range(steps):
+            P = P - lr * step_all(P, X[:, k], Y[:, k])
+        x = (P - x).mean(0) + x
+
+    rate, _ = _median_rate(round_vmap if batched else round_seq, rounds, reps, lambda: None)
+    return {"rounds_per_s": rate, "peak_rss_mb": _rss_mb()}
+
+
+VARIANTS = ("thin", "vmap", "floor", "floor-vmap")
+
+
+def run_one(name: str, variant: str, rounds: int, reps: int, quick: bool) -> dict:
+    overrides = (QUICK if quick else WORKLOADS)[name]
+    if variant in ("thin", "vmap"):
+        return fedbench_variant(overrides, variant, rounds, reps)
+    return floor_variant(overrides, variant == "floor-vmap", rounds, reps)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--compare-lightning", action="store_true", help="also time engine.client_runner=lightning")
-    parser.add_argument("overrides", nargs="*")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (seconds), for the test suite")
+    parser.add_argument("--only", nargs="*", help="workloads to run (default: all)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per timed repetition")
+    parser.add_argument("--reps", type=int, default=3, help="timed repetitions (median)")
+    parser.add_argument("--out", default="bench.json")
+    parser.add_argument("--one", nargs=2, metavar=("WORKLOAD", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    register_configs()
-    results = [measure(args.overrides, args.rounds)]
-    if args.compare_lightning:
-        results.append(measure([*args.overrides, "engine.client_runner=lightning"], max(2, args.rounds // 5)))
-    for r in results:
-        print(json.dumps(r))
+    rounds = args.rounds or (3 if args.quick else 5)
+    if args.one:
+        print(json.dumps(run_one(*args.one, rounds, args.reps, args.quick)))
+        return
+    names = args.only or list(QUICK if args.quick else WORKLOADS)
+    results = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                           "python": platform.python_version()}, "workloads": {}}
+    print(f"{'workload':<12} {'variant':<11} {'rounds/s':>9} {'vs floor':>9} {'vs vmap floor':>13} "
+          f"{'train':>7} {'server':>7} {'partic.':>7} {'rest':>7} {'eval/r':>7} {'RSS MB':>7}")
+    for name in names:
+        row = {}
+        for variant in VARIANTS:
+            if args.quick:  # in this process (seconds; peak RSS is then the process's so far)
+                row[variant] = run_one(name, variant, rounds, args.reps, True)
+                continue
+            cmd = [sys.executable, __file__, "--one", name, variant, "--rounds", str(rounds), "--reps",
+                   str(args.reps)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SystemExit(f"{name} {variant} failed:\n{proc.stderr[-2000:]}")
+            row[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
+        results["workloads"][name] = row
+        for variant in VARIANTS:
+            r = row[variant]
+            if "skipped" in r:
+                continue
+            ratio = r["rounds_per_s"] / row["floor"]["rounds_per_s"]
+            ratio_v = r["rounds_per_s"] / row["floor-vmap"]["rounds_per_s"]
+            sp = r.get("split_s", {})
+            cols = " ".join(f"{1000 * sp[k]:6.1f}m" if k in sp else f"{'':>7}"
+                            for k in ("train", "server", "participation", "rest", "evaluation"))
+            print(f"{name:<12} {variant:<11} {r['rounds_per_s']:9.2f} {ratio:8.2f}x {ratio_v:12.2f}x {cols} "
+                  f"{r['peak_rss_mb']:7.0f}", flush=True)
+        if name == "W4" and "thin" in row:
+            best = max(v["rounds_per_s"] for k, v in row.items() if k in ("thin", "vmap") and "rounds_per_s" in v)
+            hours = 300_000 / best / 3600
+            results["workloads"][name]["projected_300k_rounds_h"] = hours
+            print(f"W4: 300,000 rounds projected at {hours:.1f} h (evaluation every 50 rounds included in eval/r)")
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
