@@ -20,6 +20,13 @@ SUPPORTED = [
     ("algo=fedavg", "client.batch_size=200"),  # clients smaller than the batch: padded, masked
     ("algo=fedavg", "participation/selection=md", "participation.selection.replacement=true"),  # repeats
     ("algo=fedavg", "engine.cohort_size=3"),  # chunks
+    ("algo=scaffold",),
+    ("algo=scaffold", "participation/selection=md", "participation.selection.replacement=true"),  # repeats
+    ("algo=fedprox", "algo.mu=0.5"),
+    ("algo=fedprox_m", "algo.mu=0.1"),
+    ("algo=feddyn", "algo.alpha=0.1"),
+    ("algo=mimelite",),
+    ("algo=scaffold", "participation=straggler", "client.momentum=0.5"),
 ]
 
 
@@ -42,17 +49,20 @@ def test_vmap_equals_the_sequential_runner(tmp_path, overrides):
         assert (a.seen == b.seen).all()
 
 
-def test_vmap_round_statistics_match(tmp_path):
-    cfg = compose(*TINY, "participation=straggler")
+@pytest.mark.parametrize("algo", ["fedavg", "fedprox"])
+def test_vmap_round_statistics_match(tmp_path, algo):
+    cfg = compose(*TINY, "participation=straggler", f"algo={algo}")
     seq = trained_sim(cfg, tmp_path / "a")
-    vec = trained_sim(compose(*TINY, "participation=straggler", "engine.client_runner=vmap"), tmp_path / "b")
+    vec = trained_sim(compose(*TINY, "participation=straggler", f"algo={algo}", "engine.client_runner=vmap"),
+                      tmp_path / "b")
     a, b = seq.round(cfg.rounds), vec.round(cfg.rounds)
     assert a["completed"] == b["completed"] and a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-5)
 
 
 @pytest.mark.parametrize("overrides, why", [
-    (("algo=scaffold",), "hooks"),
-    (("algo=fedprox",), "hooks"),
+    (("algo=gradma",), "hooks"),
+    (("algo=moon",), "hooks"),
+    (("algo=fedamd",), "hooks"),
     (("model=mlp_fedsrc",), "dropout"),
     (("model=mlp_784_200_100_10_bn", "dataset=synthetic", "dataset.dim=784"), "BatchNorm"),
     (("client.grad_noise=0.1",), "noise"),
@@ -62,7 +72,7 @@ def test_unsupported_configurations_are_refused_at_start(tmp_path, overrides, wh
         trained_sim(compose(*TINY, *overrides, "engine.client_runner=vmap", "rounds=1"), tmp_path)
 
 
-@pytest.mark.parametrize("algo, picked", [("fedavg", "vmap"), ("scaffold", "thin")])
+@pytest.mark.parametrize("algo, picked", [("fedavg", "vmap"), ("gradma", "thin")])
 def test_auto_picks_vmap_where_it_can_with_the_picked_runners_numbers(tmp_path, algo, picked):
     auto = trained_sim(compose(*TINY, f"algo={algo}", "engine.client_runner=auto"), tmp_path / "auto")
     same = trained_sim(compose(*TINY, f"algo={algo}", f"engine.client_runner={picked}"), tmp_path / "same")

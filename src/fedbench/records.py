@@ -48,6 +48,17 @@ class ClientUpdate:
         return tensors + list(self.extras.values()) + ([self.buffers] if self.buffers is not None else [])
 
 
+@dataclass
+class Affine:
+    """A step hook that is affine in the gradient: g' = scale g + offset + mu (w - anchor) (a proximal term in the
+    objective, 0.5 mu ||w - anchor||^2, has this gradient; the reported loss stays the cross-entropy)."""
+
+    scale: float = 1.0
+    offset: Optional[torch.Tensor] = None
+    mu: float = 0.0
+    anchor: Optional[torch.Tensor] = None
+
+
 class StepHook:
     """An algorithm's hook inside one client's local run; one instance per run (its attributes are that run's).
 
@@ -62,6 +73,11 @@ class StepHook:
         return ctx.loss()
 
     def grad(self, ctx: "StepContext") -> None:
+        return None
+
+    def affine(self) -> Optional[Affine]:
+        """This hook's step as an ``Affine`` map of the gradient, where it is one (the cohort runner then batches
+        it across clients); None otherwise."""
         return None
 
 

@@ -81,6 +81,7 @@ class Algorithm:
     name: str
     Config: type
     plain_sgd = False  # True: local steps follow the algorithm's own recursion; client momentum/decay are refused
+    affine_steps = False  # True: its step hooks are affine in the gradient (``StepHook.affine``): vmap batches them
 
     def __init__(self, cfg: Any, ctx: AlgoContext):
         self.cfg = cfg
@@ -183,8 +184,10 @@ class Algorithm:
         """Overrides of this client's local run: ``lr`` and / or ``batch_size`` (none by default)."""
         return {}
 
-    def finish_update(self, rc: RoundContext, client: int, update: ClientUpdate) -> ClientUpdate:
-        """Client-side post-processing of a local run's update before upload (e.g. MimiC's correction)."""
+    def finish_update(self, trainer: "ClientTrainer", rc: RoundContext, client: int, x: torch.Tensor,
+                      update: ClientUpdate) -> ClientUpdate:
+        """The client's work after its local run, before upload: post-processing the update (MimiC's correction,
+        SCAFFOLD's control variate) or extra uploads (MimeLite's full gradient at x)."""
         return update
 
     def client_update(self, trainer: "ClientTrainer", rc: RoundContext, client: int, steps: int,
@@ -194,7 +197,7 @@ class Algorithm:
         runner, the vmap cohort runner included (``fedbench.engine.cohort``)."""
         update = trainer.train(rc, client, steps, x, self.step_hook(rc, client, x, payload),
                                **self.local_options(rc, client))
-        return self.finish_update(rc, client, update)
+        return self.finish_update(trainer, rc, client, x, update)
 
     def accumulate(self, rc: RoundContext, client: int, update: ClientUpdate, weight: float) -> None:
         rc.acc.add_(update.delta, alpha=weight)

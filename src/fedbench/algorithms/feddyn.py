@@ -18,7 +18,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 from fedbench.errors import require
-from fedbench.records import StepHook
+from fedbench.records import Affine, StepHook
 
 
 class DynamicHook(StepHook):
@@ -31,9 +31,13 @@ class DynamicHook(StepHook):
             g.add_(ctx.params.detach() - self.x, alpha=self.alpha)
         ctx.set_grad(g)
 
+    def affine(self):
+        return Affine(offset=-self.linear, mu=self.alpha, anchor=self.x)
+
 
 @ALGORITHMS.register("feddyn")
 class FedDyn(Algorithm):
+    affine_steps = True
     @dataclass
     class Config(AlgoConfig):
         name: str = "feddyn"

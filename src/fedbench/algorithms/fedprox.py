@@ -12,7 +12,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm
 from fedbench.algorithms.fedavg import FedAvg
-from fedbench.records import StepHook
+from fedbench.records import Affine, StepHook
 from fedbench.errors import require
 
 
@@ -25,9 +25,14 @@ class ProxHook(StepHook):
         prox = sum(((p - a) ** 2).sum() for p, a in zip(flat.param_tensors, flat.views(self.anchor)))
         return ctx.loss() + 0.5 * self.mu * prox
 
+    def affine(self):
+        return Affine(mu=self.mu, anchor=self.anchor)
+
 
 class Proximal:
     """Mixin: the proximal local objective, on top of any server rule (FedAvg here, FedAvgM in ``fedprox_m``)."""
+
+    affine_steps = True
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)

@@ -15,7 +15,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 from fedbench.errors import require
-from fedbench.records import StepHook
+from fedbench.records import Affine, StepHook
 
 
 class FrozenMomentumHook(StepHook):
@@ -25,9 +25,13 @@ class FrozenMomentumHook(StepHook):
     def grad(self, ctx):
         ctx.set_grad(ctx.grad().mul_(1 - self.beta).add_(self.momentum, alpha=self.beta))
 
+    def affine(self):
+        return Affine(scale=1 - self.beta, offset=self.beta * self.momentum)
+
 
 @ALGORITHMS.register("mimelite")
 class MimeLite(Algorithm):
+    affine_steps = True
     @dataclass
     class Config(AlgoConfig):
         name: str = "mimelite"
@@ -48,10 +52,8 @@ class MimeLite(Algorithm):
     def step_hook(self, rc, client, x, payload):
         return FrozenMomentumHook(self.cfg.beta, payload["momentum"]) if self.cfg.beta else None
 
-    def client_update(self, trainer, rc, client, steps, x, payload):
-        full = trainer.gradient(rc, client, x)
-        update = super().client_update(trainer, rc, client, steps, x, payload)
-        update.extras["full_grad"] = full
+    def finish_update(self, trainer, rc, client, x, update):
+        update.extras["full_grad"] = trainer.gradient(rc, client, x)  # grad F_i(x), for the server momentum
         return update
 
     def accumulate(self, rc, client, update, weight):

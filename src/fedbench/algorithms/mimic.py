@@ -56,7 +56,7 @@ class MimiC(Algorithm):
         rc.scratch.active.append(client)
         return c * rc.scratch.scale
 
-    def finish_update(self, rc, client, update):
+    def finish_update(self, trainer, rc, client, x, update):
         if self.on_client:  # the client uploads v^i = Delta^i + eta_t c^i
             update.delta = update.delta + self._take_correction(rc, client, update.delta)
         return update

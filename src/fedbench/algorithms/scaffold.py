@@ -17,7 +17,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm
 from fedbench.algorithms.fedavg import FedAvg
-from fedbench.records import StepHook
+from fedbench.records import Affine, StepHook
 
 
 class ControlInit(Enum):
@@ -33,9 +33,13 @@ class ControlHook(StepHook):
         flat = ctx.module.flat
         torch._foreach_add_(flat.grads(), flat.views(self.correction))
 
+    def affine(self):
+        return Affine(offset=self.correction)
+
 
 @ALGORITHMS.register("scaffold")
 class Scaffold(Algorithm):
+    affine_steps = True
     @dataclass
     class Config(FedAvg.Config):
         name: str = "scaffold"
@@ -61,12 +65,15 @@ class Scaffold(Algorithm):
     def payload(self, rc, client):
         return {"server_control": self.c} if self.cfg.update_controls else {}
 
-    def client_update(self, trainer, rc, client, steps, x, payload):
-        c_i = self.controls.get(client)
-        hook = ControlHook(payload["server_control"] - c_i) if self.cfg.update_controls else None
-        update = trainer.train(rc, client, steps, x, hook)
+    def step_hook(self, rc, client, x, payload):
+        return ControlHook(payload["server_control"] - self.controls.get(client)) if self.cfg.update_controls \
+            else None
+
+    def finish_update(self, trainer, rc, client, x, update):
+        """c_i+ = c_i - c + (x - y_i) / (K eta_l) (option II); the change is uploaded."""
         if self.cfg.update_controls:
-            c_new = c_i - payload["server_control"] - update.delta / (update.steps * rc.lr)
+            c_i = self.controls.get(client)
+            c_new = c_i - self.c - update.delta / (update.steps * rc.lr)
             update.extras["control_change"] = c_new - c_i
             self.controls.set(client, c_new)
         return update

@@ -201,7 +201,8 @@ class Simulation:
         new_buffers = torch.zeros_like(self.buffers) if self.buffers.numel() else None
         buffer_weight = 0.0
         losses = []
-        batched = iter(self._cohort_updates(rc)) if self.cohort is not None else None
+        cohort = self._cohort_updates(rc) if self.cohort is not None else None
+        batched = iter(cohort) if cohort is not None else None
         for client, done, steps in zip(part.selected.tolist(), part.completed.tolist(), part.local_steps.tolist()):
             payload = self.algo.payload(rc, client)
             cost.download(*model, *payload.values())
@@ -209,7 +210,7 @@ class Simulation:
                 continue
             w = float(next(completed))
             if batched is not None:
-                update = self.algo.finish_update(rc, client, next(batched))
+                update = self.algo.finish_update(self.trainer, rc, client, self.x, next(batched))
             else:
                 update = self.algo.client_update(self.trainer, rc, client, steps, self.x, payload)
             self.algo.accumulate(rc, client, update, w)
@@ -233,11 +234,18 @@ class Simulation:
                 "lr": rc.lr, **{k: v for k, v in cost.since(before).items() if not k.startswith("bytes")},
                 **self.participation.round_stats(), **self.algo.round_stats(rc)}
 
-    def _cohort_updates(self, rc: RoundContext) -> list:
-        """The round's completed entries trained together (engine.client_runner=vmap), in the loop's order."""
-        part = rc.part
-        entries = [(int(c), int(s), self.algo.local_options(rc, int(c)))
-                   for c, s in zip(part.completed_ids.tolist(), part.completed_steps.tolist())]
+    def _cohort_updates(self, rc: RoundContext) -> Optional[list]:
+        """The round's completed entries trained together (engine.client_runner=vmap), in the loop's order; None
+        for a round the loop must run sequentially (a client with a step hook drawn twice)."""
+        part, algo = rc.part, self.algo
+        ids = part.completed_ids.tolist()
+        hooks = [algo.step_hook(rc, c, self.x, algo.payload(rc, c)) for c in ids]
+        if len(set(ids)) < len(ids) and any(h is not None for h in hooks):
+            return None
+        entries = [(c, int(s), algo.local_options(rc, c), None if h is None else h.affine())
+                   for c, s, h in zip(ids, part.completed_steps.tolist(), hooks)]
+        if any(h is not None and e[3] is None for h, e in zip(hooks, entries)):
+            raise RuntimeError(f"algo={algo.cfg.name} declares affine_steps but a step hook has no affine form")
         return self.cohort.updates(self.trainer, rc, entries, self.x)
 
     def initialize(self) -> Dict[str, int]:
