@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from fedbench import qp  # noqa: E402
 from fedbench.algorithms import ALGORITHMS, AlgoContext, RoundContext  # noqa: E402
 from fedbench.algorithms import gradma as gradma_module  # noqa: E402
-from bench import measure  # noqa: E402
+from bench import fedbench_variant  # noqa: E402
 from fedbench.cli import _compose  # noqa: E402
 from fedbench.config import register_configs  # noqa: E402
 from fedbench.engine.local import LocalModule  # noqa: E402
@@ -44,8 +44,8 @@ from fedbench.rng import torch_rng  # noqa: E402
 
 def seconds_per_round(overrides: list[str], rounds: int, reps: int) -> float:
     """Median over ``reps`` of ``scripts/bench.py``'s measurement (evaluation excluded, one warm-up round)."""
-    runs = [measure(["engine.num_threads=1", *overrides], rounds, warmup=1) for _ in range(reps)]
-    return statistics.median(r["seconds"] / r["rounds"] for r in runs)
+    runs = [fedbench_variant(["engine.num_threads=1", *overrides], "thin", rounds, 1) for _ in range(reps)]
+    return statistics.median(1.0 / r["rounds_per_s"] for r in runs)
 
 
 def qp_share(overrides, rounds, reps) -> tuple[float, float]:
