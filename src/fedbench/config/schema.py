@@ -142,7 +142,7 @@ class EngineConfig:
     device: str = "cpu"  # cpu | cuda | cuda:N | auto
     eval_batch_size: int = 2048
     eval_train: bool = False  # also evaluate the global model on the whole training set (global_train_loss/acc)
-    num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    num_threads: int = 0  # torch intra-op threads; 0 = by the rule in fedbench.engine.simulation.auto_threads
     client_state: ClientStateBackend = ClientStateBackend.memory
     client_state_dir: Optional[str] = None  # memmap files; null = <run dir>/client_state
 
