@@ -77,3 +77,13 @@ def test_auto_picks_vmap_where_it_can_with_the_picked_runners_numbers(tmp_path, 
     auto = trained_sim(compose(*TINY, f"algo={algo}", "engine.client_runner=auto"), tmp_path / "auto")
     same = trained_sim(compose(*TINY, f"algo={algo}", f"engine.client_runner={picked}"), tmp_path / "same")
     assert auto.runner_kind == picked and torch.equal(auto.x, same.x)
+
+
+def test_auto_keeps_convolutional_models_on_the_thin_runner(tmp_path):
+    from helpers import make_sim, write_fake_dataset
+
+    write_fake_dataset("fmnist", tmp_path / "data")
+    cfg = compose("dataset=fmnist", "dataset.system_dirs=[]", "model=cnn_fmnist", "partition=iid",
+                  "partition.num_clients=10", "participation.selection.clients_per_round=2",
+                  "engine.client_runner=auto", "rounds=1")
+    assert make_sim(cfg, tmp_path, tmp_path / "data").runner_kind == "thin"

@@ -140,6 +140,8 @@ class Simulation:
         self.cohort = None
         why = unsupported(self.algo, self.module, self.trainer.noise_std is not None, self.data.augment != "none") \
             if kind in ("vmap", "auto") else "not asked for"
+        if kind == "auto" and why is None and any(isinstance(m, torch.nn.Conv2d) for m in model.modules()):
+            why = "a convolutional model is compute-bound: batching its clients does not pay on a CPU (README)"
         self.runner_kind = "vmap" if why is None else ("thin" if kind == "auto" else kind)
         if kind == "vmap":
             require(why is None, "engine.client_runner", f"vmap cannot run this configuration: {why}.",
