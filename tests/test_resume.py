@@ -19,7 +19,7 @@ from fedbench.checkpoint import Checkpointer, pack, unpack
 from fedbench.engine.client_state import ClientStateStore
 from fedbench.engine.simulation import RunControl, Simulation
 from fedbench.logging import RunLogger
-from fedbench.runs import plain_config
+from fedbench.logging.run_logger import plain_config
 
 R = 4
 BASE = (*[o for o in TINY if not o.startswith("rounds=")], f"rounds={2 * R}", "eval_every=2", "logger=csv",

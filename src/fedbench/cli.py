@@ -269,7 +269,8 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     from fedbench.checkpoint import Checkpointer
     from fedbench.engine.simulation import RunControl, Simulation
     from fedbench.logging import RunLogger
-    from fedbench.runs import Interrupted, StopSignals, plain_config, plan
+    from fedbench.logging.run_logger import plain_config
+    from fedbench.runs import Interrupted, StopSignals, plan
 
     from fedbench.config.presets import apply_presets, user_keys
 

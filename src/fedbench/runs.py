@@ -9,31 +9,20 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from fedbench.checkpoint import Checkpointer
+from fedbench.config import flatten
 from fedbench.errors import FedbenchError
+from fedbench.logging.run_logger import plain_config
 
 #: Keys that may differ between a checkpoint and the run that resumes it (they do not change the numbers).
 RESUME_FREE = ("resume", "logger", "checkpoint_every", "checkpoint_keep", "engine.num_threads")
 
 
-def plain_config(cfg: DictConfig) -> Dict[str, Any]:
-    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
-
-
-def _flat(d: Any, prefix: str = "") -> Dict[str, Any]:
-    if not isinstance(d, dict):
-        return {prefix: d}
-    out: Dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
-    return out
-
-
 def identity(config: Dict[str, Any]) -> Dict[str, Any]:
     """The dotted keys of a plain config that decide a run's numbers (``RESUME_FREE`` left out)."""
-    return {k: v for k, v in _flat(config).items()
+    return {k: v for k, v in flatten(config).items()
             if not any(k == f or k.startswith(f + ".") for f in RESUME_FREE)}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from typing import Any, Dict
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -13,6 +14,16 @@ from fedbench.config import schema
 _registered = False
 #: Makes output directories unique per process (two identical jobs started in the same second differ).
 _UID = f"{os.getpid() % 100000:05d}{secrets.token_hex(2)}"
+
+
+def flatten(node: Any, prefix: str = "") -> Dict[str, Any]:
+    """{dotted key: value} of the leaves of nested dicts (an empty dict is a leaf; lists are values)."""
+    if not isinstance(node, dict) or not node:
+        return {prefix: node}
+    out: Dict[str, Any] = {}
+    for k, v in node.items():
+        out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
 
 
 def register_configs() -> None:

@@ -12,20 +12,12 @@ schemas, so a typo is an error, never a silently ignored setting.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Iterable, List, Set
+from typing import Iterable, List, Set
 
 from omegaconf import DictConfig, OmegaConf
 
+from fedbench.config import flatten
 from fedbench.errors import ConfigError
-
-
-def _flat(node: Any, prefix: str) -> Dict[str, Any]:
-    if not isinstance(node, dict) or not node:
-        return {prefix: node}
-    out: Dict[str, Any] = {}
-    for k, v in node.items():
-        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
-    return out
 
 
 def _schema_fields(group: str) -> Set[str]:
@@ -70,7 +62,7 @@ def apply_presets(cfg: DictConfig, explicit: Set[str]) -> DictConfig:
     for key, value in (settings.get(cfg.algo.name) or {}).items():
         if f"algo.{key}" not in explicit:
             OmegaConf.update(cfg, f"algo.{key}", value, merge=False)
-    for dotted, value in _flat(OmegaConf.to_container(cfg.where_supported, resolve=True), "").items():
+    for dotted, value in flatten(OmegaConf.to_container(cfg.where_supported, resolve=True)).items():
         if not dotted:
             continue
         group, _, leaf = dotted.rpartition(".")

@@ -22,13 +22,14 @@ from omegaconf import DictConfig, OmegaConf
 _NOT_IN_GROUP = ("seed", "logger", "engine", "hydra")
 
 
-def _plain(cfg: DictConfig) -> Dict[str, Any]:
+def plain_config(cfg: DictConfig) -> Dict[str, Any]:
+    """The resolved config as plain dicts and lists (enums as strings): what config.yaml and checkpoints hold."""
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
 
 
 def sweep_group(cfg: DictConfig) -> str:
     """A W&B group shared by all seeds of one configuration: ``<algo>-<dataset>-<hash of config minus seed>``."""
-    plain = {k: v for k, v in _plain(cfg).items() if k not in _NOT_IN_GROUP}
+    plain = {k: v for k, v in plain_config(cfg).items() if k not in _NOT_IN_GROUP}
     plain.get("data", {}).pop("seed", None)
     digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
     return f"{cfg.algo.name}-{cfg.dataset.name}-{digest}"
@@ -103,7 +104,7 @@ class RunLogger:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.console = bool(cfg.logger.console)
-        (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(_plain(cfg)))
+        (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(plain_config(cfg)))
         self._metrics = _CsvTable(self.run_dir / "metrics.csv", resume_round)
         self._rounds = _CsvTable(self.run_dir / "rounds.csv", resume_round)
         self.wandb = None
@@ -126,7 +127,7 @@ class RunLogger:
             name=f"{group}-seed{cfg.seed}",
             job_type=cfg.algo.name,
             tags=list(cfg.logger.tags),
-            config=_plain(cfg),
+            config=plain_config(cfg),
             dir=str(self.run_dir),
             mode=cfg.logger.mode.value,
             reinit="finish_previous",
