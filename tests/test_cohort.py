@@ -27,6 +27,11 @@ SUPPORTED = [
     ("algo=feddyn", "algo.alpha=0.1"),
     ("algo=mimelite",),
     ("algo=scaffold", "participation=straggler", "client.momentum=0.5"),
+    ("model=mlp_fedsrc",),  # dropout: each client's masks from its own stream
+    ("model=mlp_fedsrc", "algo=scaffold", "participation=straggler"),
+    ("model=mlp_784_200_100_10_bn", "dataset=synthetic", "dataset.dim=784"),  # per-client running statistics
+    ("model=mlp_784_200_100_10_bn", "dataset=synthetic", "dataset.dim=784", "participation=straggler",
+     "client.batch_size=200"),  # BN statistics over real samples only
 ]
 
 
@@ -43,6 +48,7 @@ def test_vmap_equals_the_sequential_runner(tmp_path, overrides):
     seq, vec = _pair(tmp_path, *overrides)
     assert vec.cohort is not None
     assert torch.allclose(seq.x, vec.x, atol=1e-5, rtol=0), float((seq.x - vec.x).abs().max())
+    assert torch.allclose(seq.buffers, vec.buffers, atol=1e-5, rtol=0)
     assert seq.trainer.cost.totals() == vec.trainer.cost.totals()
     for name in seq.store.tables:
         a, b = seq.store.tables[name], vec.store.tables[name]
@@ -63,8 +69,6 @@ def test_vmap_round_statistics_match(tmp_path, algo):
     (("algo=gradma",), "hooks"),
     (("algo=moon",), "hooks"),
     (("algo=fedamd",), "hooks"),
-    (("model=mlp_fedsrc",), "dropout"),
-    (("model=mlp_784_200_100_10_bn", "dataset=synthetic", "dataset.dim=784"), "BatchNorm"),
     (("client.grad_noise=0.1",), "noise"),
 ])
 def test_unsupported_configurations_are_refused_at_start(tmp_path, overrides, why):
@@ -87,3 +91,24 @@ def test_auto_keeps_convolutional_models_on_the_thin_runner(tmp_path):
                   "partition.num_clients=10", "participation.selection.clients_per_round=2",
                   "engine.client_runner=auto", "rounds=1")
     assert make_sim(cfg, tmp_path, tmp_path / "data").runner_kind == "thin"
+
+
+@pytest.mark.parametrize("layer, why", [(torch.nn.Dropout(0.5), "torch.nn.Dropout"),
+                                        (torch.nn.BatchNorm1d(4, momentum=None), "cumulative")])
+def test_layers_the_cohort_runner_cannot_reproduce_are_named(layer, why):
+    from fedbench.algorithms.fedavg import FedAvg
+    from fedbench.engine.cohort import unsupported
+    from fedbench.engine.local import LocalModule
+    from fedbench.models import ZooModel
+
+    class Net(ZooModel):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(3, 4), layer, torch.nn.Linear(4, 2))
+
+        def block_list(self):
+            return [self.body]
+
+    algo = FedAvg.__new__(FedAvg)
+    module = LocalModule(Net(), lr=0.1)
+    assert why in unsupported(algo, module, noise=False, trainer_augments=False)

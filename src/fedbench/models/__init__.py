@@ -143,11 +143,13 @@ class SeededDropout(nn.Module):
         super().__init__()
         self.p = p
         self.generator: torch.Generator | None = None
+        self.mask: torch.Tensor | None = None  # a precomputed keep mask (the cohort runner's), used instead
 
     def forward(self, x):
         if not self.training or self.p == 0:
             return x
-        keep = torch.rand(x.shape, generator=self.generator, device=x.device) >= self.p
+        keep = self.mask if self.mask is not None else \
+            torch.rand(x.shape, generator=self.generator, device=x.device) >= self.p
         return x * keep / (1 - self.p)
 
 
