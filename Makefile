@@ -3,16 +3,17 @@
 PY ?= python3.11
 VENV := .venv
 PYTHON := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt setup.cfg | cksum | cut -d' ' -f1)
 CLUSTER_STAMP := $(VENV)/.cluster-$(shell cksum requirements-cluster.txt | cut -d' ' -f1)
 FMNIST_DEBIAN := /usr/share/datasets/fashion-mnist
 ARGS ?=
 
-.PHONY: run test test-slow bench fmnist cluster clean
+.PHONY: run test test-slow bench report fmnist cluster clean
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt setup.cfg
 	@test -x $(PYTHON) || $(PY) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PYTHON) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@rm -f $(VENV)/.installed-* && touch $@
 
 # The Ray launcher's stack (large; only the slow tests and hydra/launcher=ray need it).
@@ -45,6 +46,11 @@ test-slow: $(STAMP) $(CLUSTER_STAMP) fmnist
 
 bench: $(STAMP) fmnist
 	$(PYTHON) scripts/bench.py $(ARGS)
+
+# make report DIR=outputs/multirun/<date>/<time> [ARGS="--targets 0.7 0.8"]
+report: $(STAMP)
+	@test -n "$(DIR)" || (echo "usage: make report DIR=outputs/multirun/<date>/<time>" && exit 2)
+	$(VENV)/bin/fedbench-report $(DIR) $(ARGS)
 
 clean:
 	rm -rf outputs multirun .pytest_cache

@@ -3,13 +3,16 @@
     python scripts/bench.py                 # W1, W1-big, W2, W3, W4 (minutes), table + bench.json
     python scripts/bench.py --only W2 --reps 5
     python scripts/bench.py --quick         # tiny sizes on scikit-learn's digits (the test suite runs this)
+    python scripts/bench.py --only W1 --variants thin floor --set engine.num_threads=0 engine.precision=bf16-mixed
 
 Each (workload, variant) runs in its own process (so peak RSS is its own): fedbench with the thin and (where the
 configuration allows it) vmap runners, and two floors with no framework -- a sequential loop (copy the global
 vector into the model, I SGD steps per client, average the deltas) and a vmap-batched loop (torch.func over the
 round's clients). Rounds/s is the median of ``--reps`` timed repetitions after a warm-up; fedbench's split of a
 round (local training, aggregation/server, participation, the rest) is timed inside the same rounds, evaluation
-apart (one evaluation, shown per round at the workload's eval_every). Ratios are fedbench / floor.
+apart (one evaluation, shown per round at the workload's eval_every). Ratios are fedbench / floor. ``--set``
+appends overrides to every workload (the floors read ``engine.num_threads`` from them: 0 = torch's default, every
+core); the workloads pin one thread otherwise.
 """
 
 from __future__ import annotations
@@ -125,7 +128,8 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
 
     register_configs()
     cfg = _compose(["logger=none", *overrides])
-    torch.set_num_threads(max(cfg.engine.num_threads, 1))
+    if cfg.engine.num_threads:
+        torch.set_num_threads(cfg.engine.num_threads)
     data = build_federated(cfg.dataset, cfg.partition, ROOT / cfg.data.root, 0, True)
     model = build_model(cfg.model, data.input_shape, data.num_classes, torch.Generator().manual_seed(0))
     params = list(model.parameters())
@@ -177,8 +181,8 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
 VARIANTS = ("thin", "vmap", "floor", "floor-vmap")
 
 
-def run_one(name: str, variant: str, rounds: int, reps: int, quick: bool) -> dict:
-    overrides = (QUICK if quick else WORKLOADS)[name]
+def run_one(name: str, variant: str, rounds: int, reps: int, quick: bool, extra: list = ()) -> dict:
+    overrides = [*(QUICK if quick else WORKLOADS)[name], *extra]
     if variant in ("thin", "vmap"):
         return fedbench_variant(overrides, variant, rounds, reps)
     return floor_variant(overrides, variant == "floor-vmap", rounds, reps)
@@ -191,36 +195,38 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None, help="rounds per timed repetition")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions (median)")
     parser.add_argument("--out", default="bench.json")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every workload")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS,
+                        help="variants to run (ratios need floor and floor-vmap)")
     parser.add_argument("--one", nargs=2, metavar=("WORKLOAD", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     rounds = args.rounds or (3 if args.quick else 5)
     if args.one:
-        print(json.dumps(run_one(*args.one, rounds, args.reps, args.quick)))
+        print(json.dumps(run_one(*args.one, rounds, args.reps, args.quick, args.set)))
         return
     names = args.only or list(QUICK if args.quick else WORKLOADS)
     results = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                           "python": platform.python_version()}, "workloads": {}}
+                           "python": platform.python_version()}, "overrides": args.set, "workloads": {}}
     print(f"{'workload':<12} {'variant':<11} {'rounds/s':>9} {'vs floor':>9} {'vs vmap floor':>13} "
           f"{'train':>7} {'server':>7} {'partic.':>7} {'rest':>7} {'eval/r':>7} {'RSS MB':>7}")
     for name in names:
         row = {}
-        for variant in VARIANTS:
+        for variant in args.variants:
             if args.quick:  # in this process (seconds; peak RSS is then the process's so far)
-                row[variant] = run_one(name, variant, rounds, args.reps, True)
+                row[variant] = run_one(name, variant, rounds, args.reps, True, args.set)
                 continue
             cmd = [sys.executable, __file__, "--one", name, variant, "--rounds", str(rounds), "--reps",
-                   str(args.reps)]
+                   str(args.reps), "--set", *args.set]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise SystemExit(f"{name} {variant} failed:\n{proc.stderr[-2000:]}")
             row[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
         results["workloads"][name] = row
-        for variant in VARIANTS:
-            r = row[variant]
+        for variant, r in row.items():
             if "skipped" in r:
                 continue
-            ratio = r["rounds_per_s"] / row["floor"]["rounds_per_s"]
-            ratio_v = r["rounds_per_s"] / row["floor-vmap"]["rounds_per_s"]
+            ratio = r["rounds_per_s"] / row["floor"]["rounds_per_s"] if "floor" in row else float("nan")
+            ratio_v = r["rounds_per_s"] / row["floor-vmap"]["rounds_per_s"] if "floor-vmap" in row else float("nan")
             sp = r.get("split_s", {})
             cols = " ".join(f"{1000 * sp[k]:6.1f}m" if k in sp else f"{'':>7}"
                             for k in ("train", "server", "participation", "rest", "evaluation"))

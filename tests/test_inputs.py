@@ -103,6 +103,12 @@ def generated_bad():
         (["engine.device=tpu"], "engine.device"),
         (["engine.device=cuda:7"], "engine.device"),
         (["engine.device=mps"], "engine.device"),
+        (["engine.precision=fp16"], "engine.precision"),
+        (["engine.precision=tf32"], "engine.precision"),  # a CUDA mode on a CPU run
+        (["engine.memory_format=nchw"], "engine.memory_format"),
+        (["engine.workers=-2"], "engine.workers"),
+        (["engine.workers=2", "algo=gradma"], "engine.workers"),
+        (["engine.workers=2", "engine.client_runner=lightning"], "engine.workers"),
         (["participation=dropout", "participation.dropout.prob=1"], "participation"),
         (["participation.selection.clients_per_round=50"], "participation.selection.clients_per_round"),
         (["targets=[1.5]"], "targets"),
@@ -150,6 +156,7 @@ UNUSUAL = [
     ["participation.availability.kind=always"],
     ["data.cache=false", "engine.num_threads=1"],
     ["++client.lr=0.2"],
+    ["engine.workers=1", "engine.memory_format=channels_last"],  # one worker = in-process; NHWC without convolutions
 ]
 
 

@@ -337,6 +337,8 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         print(f"fedbench: error: job {run_dir.name}: {message}", file=sys.stderr, flush=True)
     finally:
         signals.__exit__()
+        if sim is not None:
+            sim.close()
         if logger is not None:
             logger.finish(code)
     return None

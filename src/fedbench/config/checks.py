@@ -54,6 +54,7 @@ RANGES: Dict[str, Tuple[Optional[float], Optional[float], bool, bool]] = {
     "algo.p_page": _UNIT, "algo.temperature": _POS, "algo.tau": _GE1, "algo.warmup_lr": _POS,
 }
 _DEVICE = re.compile(r"^(cpu|auto|mps|cuda(:\d+)?)$")
+CHOICES = {"engine.precision": ("fp32", "tf32", "bf16-mixed")}  # string options with a fixed set of values
 
 
 def _leaves(node: Any, prefix: str = "") -> Iterator[Tuple[str, Any]]:
@@ -91,6 +92,10 @@ def check_values(cfg: DictConfig) -> None:
             ok = (value >= lo if lo_in else value > lo) and (hi is None or (value <= hi if hi_in else value < hi))
             if not ok:
                 raise ConfigError(key, f"{value} is out of range.", f"use a value {_interval(rule)}.")
+    for key, allowed in CHOICES.items():
+        value = OmegaConf.select(cfg, key)
+        if value not in allowed:
+            raise ConfigError(key, f"'{value}' is not an option.", f"use one of {', '.join(allowed)}.")
     device = str(OmegaConf.select(cfg, "engine.device"))
     if not _DEVICE.match(device):
         raise ConfigError("engine.device", f"'{device}' is not a device.", "use cpu, cuda, cuda:N, mps or auto.")

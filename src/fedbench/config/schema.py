@@ -130,6 +130,12 @@ class ClientRunner(Enum):
     auto = "auto"  # vmap where the configuration allows it, else thin
 
 
+class MemoryFormat(Enum):
+    auto = "auto"  # channels_last for convolutional models on CPU (and on CUDA under bf16-mixed)
+    contiguous = "contiguous"
+    channels_last = "channels_last"
+
+
 class ClientStateBackend(Enum):
     memory = "memory"  # rows in RAM, allocated when a client is first written
     memmap = "memmap"  # one disk-backed (N, d) float32 file per table, for N*d beyond RAM
@@ -143,6 +149,9 @@ class EngineConfig:
     eval_batch_size: int = 2048
     eval_train: bool = False  # also evaluate the global model on the whole training set (global_train_loss/acc)
     num_threads: int = 0  # torch intra-op threads; 0 = by the rule in fedbench.engine.simulation.auto_threads
+    workers: int = 0  # > 1: train each round's clients in this many processes, one thread each (engine.workers)
+    precision: str = "fp32"  # fp32 | tf32 (CUDA) | bf16-mixed (fedbench.engine.numerics)
+    memory_format: MemoryFormat = MemoryFormat.auto
     client_state: ClientStateBackend = ClientStateBackend.memory
     client_state_dir: Optional[str] = None  # memmap files; null = <run dir>/client_state
 

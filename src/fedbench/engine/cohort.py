@@ -37,15 +37,25 @@ from fedbench.records import Affine, ClientUpdate, RoundContext
 from fedbench.rng import torch_rng
 
 
-def unsupported(algo, module, noise: bool, trainer_augments: bool) -> Optional[str]:
-    """Why this run cannot use the cohort runner, or None."""
+def hooks_unsupported(algo) -> Optional[str]:
+    """Why ``algo``'s local runs cannot be shipped as (client, steps, ``local_options``, ``Affine``) entries to the
+    cohort runner or to worker processes, or None."""
     from fedbench.algorithms.base import Algorithm
-    from fedbench.models import SeededDropout
 
     cls = type(algo)
     if cls.client_update is not Algorithm.client_update or cls.after_clients is not Algorithm.after_clients \
             or not (cls.step_hook is Algorithm.step_hook or cls.affine_steps):
-        return f"algo={algo.cfg.name} shapes its local steps with hooks the cohort runner does not batch"
+        return f"algo={algo.cfg.name} shapes its local steps with hooks that are not affine maps of the gradient"
+    return None
+
+
+def unsupported(algo, module, noise: bool, trainer_augments: bool) -> Optional[str]:
+    """Why this run cannot use the cohort runner, or None."""
+    from fedbench.models import SeededDropout
+
+    why = hooks_unsupported(algo)
+    if why:
+        return why
     norms = [m for m in module.model.modules() if isinstance(m, _BatchNorm)]
     if any(m.training and m.momentum is None for m in norms):
         return "a BatchNorm layer keeps a cumulative average (momentum=None)"
@@ -88,7 +98,8 @@ class CohortTrainer:
             for k, m in enumerate(self.norms):
                 m.forward = lambda z, k=k, m=m: _masked_batch_norm(m, z, mask, stats, k)
             try:
-                logits = functional_call(model, flat.named_views(model, w), (x,))
+                with module.numerics.autocast():
+                    logits = functional_call(model, flat.named_views(model, w), (x,)).float()
             finally:
                 for layer in self.dropouts:
                     layer.mask = None

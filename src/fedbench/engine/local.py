@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from fedbench.engine.flat import FlatModel
+from fedbench.engine.numerics import Numerics
 from fedbench.engine.step import FunctionalModel, LocalRun, StepContext
 
 
@@ -25,12 +26,17 @@ class LocalModule(L.LightningModule):
         self.model = model
         self.flat = FlatModel(model)
         self.functional = FunctionalModel(model, self.flat)
+        self.numerics = Numerics(torch.device("cpu"))
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
         self.run: Optional[LocalRun] = None
         self._ctx: Optional[StepContext] = None
         from fedbench.models import SeededDropout
 
         self._dropouts = [m for m in model.modules() if isinstance(m, SeededDropout)]
+
+    def set_numerics(self, numerics: Numerics) -> None:
+        """Use ``numerics`` (precision, memory format; installed on the model) in every forward pass."""
+        self.numerics = self.functional.numerics = numerics.apply(self.model)
 
     def set_dropout_generator(self, gen: Optional[torch.Generator]) -> None:
         """Draw dropout masks of the coming local steps from ``gen`` (a per-(seed, round, client) stream)."""
@@ -42,7 +48,8 @@ class LocalModule(L.LightningModule):
         return self._dropouts[0].generator if self._dropouts else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x)
+        with self.numerics.autocast():
+            return self.model(x).float()
 
     def training_step(self, batch, batch_idx):
         self._ctx = ctx = StepContext(self, self.run, batch_idx, batch)

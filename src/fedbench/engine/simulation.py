@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import weakref
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
@@ -19,7 +20,9 @@ from fedbench.config.checks import validate
 from fedbench.config.schema import NoiseSpread
 from fedbench.data import FederatedData, build_federated
 from fedbench.engine.client_state import ClientStateStore
-from fedbench.engine.cohort import CohortTrainer, unsupported
+from fedbench.engine.cohort import CohortTrainer, hooks_unsupported, unsupported
+from fedbench.engine.numerics import Numerics
+from fedbench.engine.workers import WorkerPool
 from fedbench.engine.evaluation import evaluate
 from fedbench.engine.schedule import lr_at
 from fedbench.engine.local import LocalModule
@@ -28,7 +31,7 @@ from fedbench.engine.runners import make_runner
 from fedbench.engine.trainer import ClientTrainer
 from fedbench.errors import ConfigError, FedbenchError, require
 from fedbench.logging import RunLogger
-from fedbench.logging.plots import heatmap, probability_histogram
+from fedbench.logging.plots import categories, heatmap, probability_histogram
 from fedbench.models import build_model
 from fedbench.participation import LayerContext, ParticipationProcess
 from fedbench.records import Cost, RoundContext
@@ -91,6 +94,50 @@ class RunControl:
     stop: Callable[[], Optional[str]] = lambda: None
 
 
+def local_stack(cfg: DictConfig, root: Path, device: torch.device, warn: bool = False) -> tuple:
+    """(federated data, ``LocalModule``, ``ClientTrainer``) of a run: what trains clients, built the same way in the
+    main process and in each ``engine.workers`` process (same data, initial model and streams)."""
+    data_seed = cfg.seed if cfg.data.seed is None else cfg.data.seed
+    data: FederatedData = build_federated(cfg.dataset, cfg.partition, root, data_seed, cfg.data.cache)
+    data.to(device)
+    smallest = int(data.sizes.min())
+    if warn and cfg.client.batch_size > smallest:
+        print(f"fedbench: warning: client.batch_size={cfg.client.batch_size} exceeds the smallest client's "
+              f"{smallest} samples; such clients use batches of all their data (full-batch steps)", flush=True)
+    model = _checked_model(cfg, data, device)
+    module = LocalModule(model, cfg.client.lr, cfg.client.momentum, cfg.client.weight_decay)
+    require(cfg.engine.precision != "tf32" or device.type == "cuda", "engine.precision",
+            f"tf32 is a CUDA tensor-core mode and this run is on {device}.", "use fp32 or bf16-mixed.")
+    module.set_numerics(Numerics(device, cfg.engine.precision, cfg.engine.memory_format.value))
+    kind = cfg.engine.client_runner.value
+    runner = make_runner("thin" if kind in ("vmap", "auto") else kind, module, device)
+    noise = noise_levels(cfg, data.num_clients, data_seed)
+    trainer = ClientTrainer(data, runner, cfg.seed, cfg.client.batch_size, noise)
+    return data, module, trainer
+
+
+def _checked_model(cfg: DictConfig, data: FederatedData, device: torch.device) -> torch.nn.Module:
+    """The model, checked on two training inputs (eval mode, no state changes): a model that cannot take the
+    dataset's input shape is a config error named at start, not a crash in the first round."""
+    try:
+        model = build_model(cfg.model, data.input_shape, data.num_classes, torch_rng(cfg.seed, "init"))
+        model.to(device).eval()
+        with torch.no_grad():
+            out = model(data.x[:2])
+        model.train()
+        ok = tuple(out.shape) == (min(2, len(data.x)), data.num_classes)
+        problem = "" if ok else f"it outputs shape {tuple(out.shape)}"
+    except FedbenchError:
+        raise
+    except Exception as exc:
+        problem = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    if problem:
+        raise ConfigError("model", f"model={cfg.model.name} does not fit {data.name}'s inputs of shape "
+                          f"{tuple(data.input_shape)} with {data.num_classes} classes ({problem}).",
+                          "choose a model built for this input (README, Models).")
+    return model
+
+
 class Simulation:
     """One federated training run. ``run()`` returns the summary dict (also written to ``summary.json``);
     ``resume=True`` opens existing memmap client-state files for ``load_state_dict`` instead of zeroing them."""
@@ -103,19 +150,9 @@ class Simulation:
         self.run_dir = Path(run_dir)
         self.device = resolve_device(cfg.engine.device)
         seed = cfg.seed
-        data_seed = seed if cfg.data.seed is None else cfg.data.seed
-        self.data: FederatedData = build_federated(cfg.dataset, cfg.partition, root, data_seed, cfg.data.cache)
-        self.data.to(self.device)
-        smallest = int(self.data.sizes.min())
-        if cfg.client.batch_size > smallest:
-            print(f"fedbench: warning: client.batch_size={cfg.client.batch_size} exceeds the smallest client's "
-                  f"{smallest} samples; such clients use batches of all their data (full-batch steps)", flush=True)
-        model = self._build_model(seed)
-        self.module = LocalModule(model.to(self.device), cfg.client.lr, cfg.client.momentum, cfg.client.weight_decay)
+        self.data, self.module, self.trainer = local_stack(cfg, root, self.device, warn=True)
+        model = self.module.model
         kind = cfg.engine.client_runner.value
-        runner = make_runner("thin" if kind in ("vmap", "auto") else kind, self.module, self.device)
-        self.trainer = ClientTrainer(self.data, runner, seed, cfg.client.batch_size,
-                                     noise_levels(cfg, self.data.num_clients, data_seed))
         self.x = self.module.flat.params.detach().clone()
         self.buffers = self.module.flat.buffers.detach().clone()
         self.trainer.buffers = self.buffers
@@ -151,6 +188,8 @@ class Simulation:
                                         cfg.client.weight_decay)
         cohort = 1 if self.cohort is None else min(cfg.engine.cohort_size, _clients_per_round(cfg, n))
         self.num_threads = cfg.engine.num_threads or auto_threads(self.dim, cfg.client.batch_size, cohort)
+        if cfg.engine.workers > 1:
+            self._start_workers(root)
         torch.set_num_threads(self.num_threads)
         self.init_cost = Cost().totals()
         self.next_round = 0  # rounds done
@@ -161,27 +200,25 @@ class Simulation:
         self.initial_test_loss: Optional[float] = None
         self.nonfinite_loss = False  # a client's training loss in the last round was NaN or infinite
 
-    def _build_model(self, seed: int) -> torch.nn.Module:
-        """The model, checked on two training inputs (eval mode, no state changes): a model that cannot take the
-        dataset's input shape is a config error named at start, not a crash in the first round."""
-        cfg, data = self.cfg, self.data
-        try:
-            model = build_model(cfg.model, data.input_shape, data.num_classes, torch_rng(seed, "init"))
-            model.to(self.device).eval()
-            with torch.no_grad():
-                out = model(data.x[:2])
-            model.train()
-            ok = tuple(out.shape) == (min(2, len(data.x)), data.num_classes)
-            problem = "" if ok else f"it outputs shape {tuple(out.shape)}"
-        except FedbenchError:
-            raise
-        except Exception as exc:
-            problem = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        if problem:
-            raise ConfigError("model", f"model={cfg.model.name} does not fit {data.name}'s inputs of shape "
-                              f"{tuple(data.input_shape)} with {data.num_classes} classes ({problem}).",
-                              "choose a model built for this input (README, Models).")
-        return model
+    def _start_workers(self, root: Path) -> None:
+        """``engine.workers=k``: the round's clients go to k one-thread worker processes (``WorkerPool``)."""
+        cfg, k = self.cfg, self.cfg.engine.workers
+        require(cfg.engine.client_runner.value in ("thin", "auto"), "engine.workers",
+                f"{k} worker processes run the thin runner; engine.client_runner={cfg.engine.client_runner.value} "
+                "was asked for.", "use engine.client_runner=thin (or auto), or engine.workers=0.")
+        require(self.device.type == "cpu", "engine.workers", f"worker processes are for CPU runs; this run is on "
+                f"{self.device}.", "use engine.workers=0 on a GPU (the cohort runner batches clients there).")
+        why = hooks_unsupported(self.algo)
+        require(why is None, "engine.workers", f"{k} worker processes cannot run this configuration: {why}.",
+                "use engine.workers=0.")
+        self.cohort = WorkerPool(cfg, root, self.device, k)
+        self._finalizer = weakref.finalize(self, self.cohort.close)
+        self.runner_kind = f"thin x {k} workers"  # the main process keeps its threads for evaluation
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (also done when the simulation is garbage-collected)."""
+        if getattr(self, "_finalizer", None) is not None:
+            self._finalizer()
 
     def _refuse_degenerate(self) -> None:
         """Refuse a participation process under which no client can ever complete a round (never available, or
@@ -351,7 +388,7 @@ class Simulation:
                      f"{cfg.rounds} rounds, device {self.device}, {self.runner_kind} runner"
                      + (f" (resumed at round {self.next_round})" if resumed else ""))
         png = heatmap(self.data.label_hist, self.run_dir / "partition.png", "label", "client",
-                      f"{self.data.name} / {cfg.partition.name}: samples per client and label")
+                      f"{self.data.name} / {cfg.partition.name}: samples per client and label", unit="samples")
         logger.log_image("partition/label_histogram", png)
         np.save(self.run_dir / "label_hist.npy", self.data.label_hist)
         if not resumed:
@@ -436,8 +473,9 @@ class Simulation:
     def _write_participation(self, logger: RunLogger) -> None:
         cfg = self.cfg
         np.savez_compressed(self.run_dir / "participation.npz", **self.participation.trace_arrays())
-        png = heatmap(self.participation.trace_image(), self.run_dir / "participation.png", "client", "round",
-                      f"{cfg.participation.name}: 0 unavailable, 1 available, 2 selected, 3 completed")
+        png = categories(self.participation.trace_image(), self.run_dir / "participation.png", "client", "round",
+                         f"participation={cfg.participation.name}: each client's state per round",
+                         ["unavailable", "available", "selected", "completed"])
         logger.log_image("participation/trace", png)
         rounds, probs = self.participation.probability_snapshots()
         if rounds.size:
@@ -483,6 +521,7 @@ class Simulation:
             "num_parameters": self.dim,
             "client_runner": self.runner_kind,
             "num_threads": self.num_threads,
+            "memory_format": self.module.numerics.memory_format,
             "num_clients": self.data.num_clients,
             "partition_hash": self.data.partition_hash,
             "algorithm_state_bytes": self.algo.server_state_bytes(),

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from fedbench.engine.numerics import Numerics
 from fedbench.records import Cost, StepHook
 
 
@@ -26,14 +27,16 @@ class FunctionalModel:
     def __init__(self, model: nn.Module, flat):
         self.flat = flat
         self.blocks: Sequence[nn.Module] = model.blocks()
+        self.numerics = Numerics(torch.device("cpu"))
 
     def run(self, w: torch.Tensor, x: torch.Tensor, start: int = 0, stop: Optional[int] = None) -> torch.Tensor:
         """Apply blocks ``start:stop`` to ``x`` with parameters ``w`` (flat, may require grad); BN stats frozen."""
-        for block in self.blocks[start:stop]:
-            tensors = self.flat.named_views(block, w)
-            tensors.update({n: b.clone() for n, b in block.named_buffers()})
-            x = functional_call(block, tensors, (x,))
-        return x
+        with self.numerics.autocast():
+            for block in self.blocks[start:stop]:
+                tensors = self.flat.named_views(block, w)
+                tensors.update({n: b.clone() for n, b in block.named_buffers()})
+                x = functional_call(block, tensors, (x,))
+        return x.float()
 
     def features(self, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return self.run(w, x, 0, -1)
@@ -103,9 +106,11 @@ class StepContext:
         once per step): the intermediate levels, then the features, then the logits."""
         if self._levels is None:
             h, self._levels = self.batch[0], []
-            for block in self.module.model.blocks():
-                h = block(h)
-                self._levels.append(h)
+            with self.module.numerics.autocast():
+                for block in self.module.model.blocks():
+                    h = block(h)
+                    self._levels.append(h)
+            self._levels = [h.float() for h in self._levels]
         return self._levels
 
     def forward(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,29 +2,54 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
 
 
-def heatmap(matrix: np.ndarray, path: Path, xlabel: str, ylabel: str, title: str) -> Path:
-    """Save ``matrix`` (rows x columns) as a heatmap PNG at ``path``."""
+def _figure(rows: int, cols: int):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows, cols = matrix.shape
-    fig, ax = plt.subplots(figsize=(min(12, 2 + cols * 0.25), min(10, 2 + rows * 0.04)), dpi=100)
-    im = ax.imshow(matrix, aspect="auto", interpolation="nearest", cmap="viridis")
+    size = (min(12, max(5.0, 2 + cols * 0.25)), min(10, 2.5 + rows * 0.04))
+    fig, ax = plt.subplots(figsize=size, dpi=100)
+    return plt, fig, ax
+
+
+def _finish(plt, fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> Path:
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    fig.colorbar(im, ax=ax)
+    ax.set_title("\n".join(textwrap.wrap(title, width=int(fig.get_figwidth() * 11))), fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def heatmap(matrix: np.ndarray, path: Path, xlabel: str, ylabel: str, title: str, unit: str = "") -> Path:
+    """Save ``matrix`` (rows x columns) as a heatmap PNG at ``path`` (title wrapped to the figure's width)."""
+    plt, fig, ax = _figure(*matrix.shape)
+    im = ax.imshow(matrix, aspect="auto", interpolation="nearest", cmap="viridis")
+    fig.colorbar(im, ax=ax, label=unit)
+    return _finish(plt, fig, ax, path, xlabel, ylabel, title)
+
+
+def categories(matrix: np.ndarray, path: Path, xlabel: str, ylabel: str, title: str, names: list) -> Path:
+    """Save an integer matrix with values 0..len(names)-1 as an image with one discrete colour per category (light
+    to dark, so it reads in black and white too) and a legend naming them."""
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+    from matplotlib.patches import Patch
+
+    colours = ["#f2f2f2", "#a6cee3", "#1f78b4", "#08306b", "#e31a1c", "#33a02c"][: len(names)]
+    plt, fig, ax = _figure(*matrix.shape)
+    ax.imshow(matrix, aspect="auto", interpolation="nearest", cmap=ListedColormap(colours),
+              norm=BoundaryNorm(np.arange(len(names) + 1) - 0.5, len(names)))
+    ax.legend(handles=[Patch(facecolor=c, edgecolor="black", linewidth=0.5, label=n) for c, n in zip(colours, names)],
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
+    return _finish(plt, fig, ax, path, xlabel, ylabel, title)
 
 
 def probability_histogram(rounds: np.ndarray, probs: np.ndarray, path: Path, title: str, snapshots: int = 4) -> Path:

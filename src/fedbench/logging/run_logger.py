@@ -3,8 +3,9 @@
 Files (always): ``config.yaml`` (resolved), ``metrics.csv`` (one row per evaluation, flushed as it is written),
 ``rounds.csv`` (per-round participation counts, training loss and learning rate), ``summary.json`` (strict JSON,
 rewritten atomically at each evaluation with ``status`` running and at the end). W&B
-(``logger=wandb``, offline by default) gets the same rows, the summary and images; runs of a sweep share a group
-derived from the config without the seed, and ``finish`` is always called.
+(``logger=wandb``, offline by default) gets the same rows against ``round`` as the step metric, the config with
+dotted keys, tags (algo, dataset, partition, participation), the summary and the partition / participation images;
+runs of a sweep share a group derived from the config without the seed, and ``finish`` is always called.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig, OmegaConf
+
+from fedbench.config import flatten
 
 _NOT_IN_GROUP = ("seed", "logger", "engine", "hydra")
 
@@ -120,27 +123,31 @@ class RunLogger:
         import wandb
 
         group = sweep_group(cfg)
+        tags = [f"algo:{cfg.algo.name}", f"dataset:{cfg.dataset.name}", f"partition:{cfg.partition.name}",
+                f"participation:{cfg.participation.name}", *cfg.logger.tags]
         self.wandb = wandb.init(
             project=cfg.logger.project,
             entity=cfg.logger.entity,
             group=group,
             name=f"{group}-seed{cfg.seed}",
             job_type=cfg.algo.name,
-            tags=list(cfg.logger.tags),
-            config=plain_config(cfg),
+            tags=tags,
+            config=flatten(plain_config(cfg)),  # dotted keys: every option is one column of the runs table
             dir=str(self.run_dir),
             mode=cfg.logger.mode.value,
             reinit="finish_previous",
             id=run_id,
             resume="allow" if run_id else None,
         )
+        self.wandb.define_metric("round")
+        self.wandb.define_metric("*", step_metric="round")  # every chart's x axis is the round
 
     def log_eval(self, row: Dict[str, Any]) -> None:
         self._rounds.flush()
         self._metrics.write(row)
         self._metrics.flush()
         if self.wandb is not None:
-            self.wandb.log(row, step=int(row["round"]))
+            self.wandb.log(row)
 
     def flush(self) -> None:
         self._rounds.flush()
@@ -150,7 +157,7 @@ class RunLogger:
         """Per-round statistics: ``rounds.csv`` and W&B keys ``round/<name>``."""
         self._rounds.write(row)
         if self.wandb is not None:
-            self.wandb.log({f"round/{k}": v for k, v in row.items() if k != "round"}, step=int(row["round"]))
+            self.wandb.log({"round": row["round"], **{f"round/{k}": v for k, v in row.items() if k != "round"}})
 
     def log_image(self, key: str, path: Path) -> None:
         if self.wandb is not None:

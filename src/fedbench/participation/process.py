@@ -203,7 +203,8 @@ class ParticipationProcess:
         return out
 
     def trace_image(self, max_rows: int = 1000) -> np.ndarray:
-        """Rounds x clients codes 0 unavailable, 1 available, 2 selected, 3 completed (rows binned to max_rows)."""
+        """Rounds x clients codes 0 unavailable, 1 available, 2 selected, 3 completed; beyond ``max_rows`` rounds,
+        consecutive rounds are binned and a bin keeps its highest code (e.g. completed at least once)."""
         arrays = self.trace_arrays()
         code = arrays["available"].astype(np.float32)
         code = np.where(arrays["selected"] > 0, 2.0, code)
@@ -211,5 +212,5 @@ class ParticipationProcess:
         r = code.shape[0]
         if r > max_rows:
             edges = np.linspace(0, r, max_rows + 1).astype(int)
-            code = np.add.reduceat(code, edges[:-1], axis=0) / np.diff(edges)[:, None]
+            code = np.maximum.reduceat(code, edges[:-1], axis=0)
         return code

@@ -1,0 +1,385 @@
+"""fedbench-report: read a sweep's run directories and write curves, tables and one HTML page.
+
+    python -m fedbench.report outputs/multirun/<date>/<time> [more dirs] [--group-by algo.name ...]
+        [--targets 0.7 0.8] [--out DIR]
+
+A run is a directory holding ``config.yaml`` (outside ``.hydra``) and ``metrics.csv`` / ``summary.json`` /
+``error.log``. Runs are grouped by every config difference except the seed (``IGNORED``: seeds, logging, resume
+and paths), or by the ``--group-by`` keys. Every number is recomputed from ``metrics.csv`` (``rounds.csv`` for
+participation): a run's final accuracy is its last evaluation, its best the maximum over evaluations, its cost to
+a target the counters of the first evaluation at or above it. Means and standard deviations (sample std, ddof=1)
+are over the group's completed runs; diverged, failed and interrupted runs are listed with their reasons and left
+out of the means. Writes into ``<first dir>/report/`` (or ``--out``): ``curves_<axis>.png/.pdf`` (test accuracy,
+test loss and training loss against rounds, gradient evaluations and floats communicated; mean line and a shaded
+band of ±1 std, distinct line styles and markers for black-and-white print), ``results.md``, ``results.tex``,
+``participation.md`` with each group's seed-0 trace image, ``report.json`` and ``index.html``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import html
+import json
+import math
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import yaml
+
+from fedbench.config import flatten
+
+#: config keys that never separate groups: the seed, and what only changes where or how a run is logged
+IGNORED = ("seed", "data.seed", "data.root", "data.cache", "logger.*", "resume", "checkpoint_every",
+           "checkpoint_keep", "engine.client_state_dir", "engine.num_threads", "hydra.*")
+METRICS = (("test_acc", "test accuracy"), ("test_loss", "test loss"), ("train_loss", "training loss"))
+AXES = (("round", "rounds"), ("grad_evals", "gradient evaluations"), ("floats", "floats communicated"))
+STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1)), "v"), ((0, (3, 1, 1, 1, 1, 1)), "x")]
+
+
+@dataclass
+class Run:
+    path: Path
+    config: Dict[str, object]
+    metrics: Dict[str, np.ndarray]
+    rounds: Dict[str, np.ndarray]
+    status: str
+    reason: Optional[str]
+    wall: Optional[float]
+
+    @property
+    def seed(self) -> int:
+        return int(self.config.get("seed", 0))
+
+
+@dataclass
+class Group:
+    label: str
+    runs: List[Run] = field(default_factory=list)
+
+    @property
+    def completed(self) -> List[Run]:
+        return [r for r in self.runs if r.status == "completed" and len(r.metrics.get("round", ()))]
+
+
+def _read_csv(path: Path) -> Dict[str, np.ndarray]:
+    if not path.is_file():
+        return {}
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if None not in r.values()]
+    if not rows:
+        return {}
+    out = {}
+    for key in rows[0]:
+        try:
+            out[key] = np.array([float(r[key]) if r[key] != "" else math.nan for r in rows])
+        except ValueError:
+            continue
+    if "floats_up" in out and "floats_down" in out:
+        out["floats"] = out["floats_up"] + out["floats_down"]
+    return out
+
+
+def load_run(path: Path) -> Run:
+    config = flatten(yaml.safe_load((path / "config.yaml").read_text()) or {})
+    summary = json.loads((path / "summary.json").read_text()) if (path / "summary.json").is_file() else {}
+    status, reason = summary.get("status"), summary.get("reason")
+    if (path / "error.log").is_file() and status in (None, "running"):
+        lines = [ln for ln in (path / "error.log").read_text().splitlines() if ln.strip()]
+        status, reason = "failed", (lines[-1] if lines else "error.log")
+    metrics = _read_csv(path / "metrics.csv")
+    wall = summary.get("wall_time")
+    if wall is None and len(metrics.get("wall_time", ())):
+        wall = float(metrics["wall_time"][-1])
+    return Run(path, config, metrics, _read_csv(path / "rounds.csv"), status or "unknown", reason, wall)
+
+
+def find_runs(dirs: Sequence[Path]) -> List[Run]:
+    found = set()
+    for d in dirs:
+        for cfg in sorted(Path(d).rglob("config.yaml")):
+            run = cfg.parent
+            if ".hydra" in run.parts or "report" in run.relative_to(d).parts:
+                continue
+            if any((run / f).is_file() for f in ("metrics.csv", "summary.json", "error.log")):
+                found.add(run.resolve())
+    return [load_run(p) for p in sorted(found)]
+
+
+def _ignored(key: str) -> bool:
+    return any(fnmatch(key, pattern) for pattern in IGNORED)
+
+
+def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None) -> List[Group]:
+    """Groups of runs equal in every key but the ignored ones (or equal in ``keys``), labelled by the keys that
+    vary; a sub-key of a group option that only varies with the option itself (``algo.mu`` with ``algo.name``) is
+    left out of the label."""
+    if keys is None:
+        all_keys = sorted({k for r in runs for k in r.config if not _ignored(k)})
+        keys = [k for k in all_keys if len({repr(r.config.get(k)) for r in runs}) > 1]
+        keys = [k for k in keys if not _explained(k, keys, runs)]
+        identity = all_keys
+    else:
+        missing = [k for k in keys if all(k not in r.config for r in runs)]
+        if missing:
+            raise SystemExit(f"fedbench-report: error: --group-by {missing[0]} is not a key of any run's config "
+                             f"(keys look like algo.name, participation.name, client.lr).")
+        identity = list(keys)
+    groups: Dict[str, Group] = {}
+    for run in sorted(runs, key=lambda r: (str(r.path))):
+        ident = json.dumps([repr(run.config.get(k)) for k in identity])
+        if ident not in groups:
+            label = ", ".join(f"{re.sub(r'[.]name$', '', k)}={run.config.get(k)}" for k in keys) or "all runs"
+            groups[ident] = Group(label)
+        groups[ident].runs.append(run)
+    labels = [g.label for g in groups.values()]
+    for i, g in enumerate(groups.values()):  # configurations that differ only in explained keys
+        if labels.count(g.label) > 1:
+            g.label = f"{g.label} #{i + 1}"
+    return list(groups.values())
+
+
+def _explained(key: str, varying: Sequence[str], runs: List[Run]) -> bool:
+    head = key.split(".")[0]
+    option = f"{head}.name"
+    if key == option or option not in varying:
+        return False
+    by_option: Dict[str, set] = {}
+    for r in runs:
+        by_option.setdefault(repr(r.config.get(option)), set()).add(repr(r.config.get(key)))
+    return all(len(v) == 1 for v in by_option.values())
+
+
+def mean_std(values: Sequence[float]) -> tuple:
+    """(mean, sample std with ddof=1 (nan for one value), n) of the finite values."""
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    if not v.size:
+        return math.nan, math.nan, 0
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else math.nan, int(v.size)
+
+
+def first_reaching(run: Run, target: float, metric: str = "test_acc") -> Optional[int]:
+    """Row index of the first evaluation with ``metric`` >= target, or None."""
+    hits = np.nonzero(run.metrics.get(metric, np.array([])) >= target)[0]
+    return int(hits[0]) if hits.size else None
+
+
+def group_table(group: Group, targets: Sequence[float]) -> dict:
+    done = group.completed
+    row = {"group": group.label, "runs": len(group.runs), "completed": len(done),
+           "final_acc": mean_std([r.metrics["test_acc"][-1] for r in done]),
+           "best_acc": mean_std([np.nanmax(r.metrics["test_acc"]) for r in done]),
+           "wall_time": mean_std([r.wall for r in done]),
+           "flags": [f"{r.status} (seed {r.seed}): {r.reason or 'no reason recorded'}" for r in group.runs
+                     if r not in done], "targets": {}}
+    for t in targets:
+        hit = [(r, first_reaching(r, t)) for r in done]
+        hit = [(r, i) for r, i in hit if i is not None]
+        row["targets"][f"{t:g}"] = {
+            axis: mean_std([float(r.metrics[axis][i]) for r, i in hit if axis in r.metrics])
+            for axis, _ in AXES} | {"reached": len(hit)}
+    return row
+
+
+def _num(v: float, digits: int) -> str:
+    """``digits`` significant digits; thousands separators instead of exponents between 1e3 and 1e7."""
+    if 1e3 <= abs(v) < 1e7:
+        return f"{float(f'{v:.{max(digits, 2)}g}'):,.0f}"
+    return f"{v:.{digits}g}"
+
+
+def _fmt(ms: tuple, digits: int = 4) -> str:
+    """"mean ± std" of a ``mean_std`` triple ("—" when empty; the mean alone for one value)."""
+    m, s, n = ms
+    if n == 0:
+        return "—"
+    return _num(m, digits) if math.isnan(s) else f"{_num(m, digits)} ± {_num(s, 2)}"
+
+
+def _columns(targets: Sequence[float]) -> List[str]:
+    cols = ["group", "seeds", "final acc", "best acc"]
+    for t in targets:
+        cols += [f"rounds to {t:g}", f"grads to {t:g}", f"floats to {t:g}"]
+    return cols + ["wall s", "flags"]
+
+
+def _cells(row: dict, targets: Sequence[float]) -> List[str]:
+    cells = [row["group"], f"{row['completed']}/{row['runs']}", _fmt(row["final_acc"]), _fmt(row["best_acc"])]
+    for t in targets:
+        hit = row["targets"][f"{t:g}"]
+        reach = f" ({hit['reached']}/{row['completed']})" if hit["reached"] < row["completed"] else ""
+        cells += [_fmt(hit["round"]) + reach, _fmt(hit["grad_evals"], 3), _fmt(hit["floats"], 3)]
+    return cells + [_fmt(row["wall_time"], 3), "; ".join(row["flags"])]
+
+
+def markdown(rows: List[dict], targets: Sequence[float]) -> str:
+    cols = _columns(targets)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r, targets)) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def latex(rows: List[dict], targets: Sequence[float]) -> str:
+    def esc(s: str) -> str:
+        return re.sub(r"([_%&#$])", r"\\\1", s).replace("±", r"$\pm$").replace("—", "--")
+
+    cols = _columns(targets)
+    out = [r"\begin{tabular}{l" + "r" * (len(cols) - 2) + "l}", r"\toprule",
+           " & ".join(esc(c) for c in cols) + r" \\", r"\midrule"]
+    out += [" & ".join(esc(c) for c in _cells(r, targets)) + r" \\" for r in rows]
+    return "\n".join(out + [r"\bottomrule", r"\end{tabular}"]) + "\n"
+
+
+def _curve(runs: List[Run], axis: str, metric: str) -> Optional[tuple]:
+    """(x, mean, std) over the runs, evaluation by evaluation (x: the runs' mean of ``axis`` at that row)."""
+    series = [(r.metrics[axis], r.metrics[metric]) for r in runs if axis in r.metrics and metric in r.metrics]
+    if not series:
+        return None
+    length = max(len(x) for x, _ in series)
+    xs, ms, ss = [], [], []
+    for i in range(length):
+        at = [(x[i], y[i]) for x, y in series if i < len(x) and math.isfinite(y[i])]
+        if not at:
+            continue
+        ys = np.array([y for _, y in at])
+        xs.append(float(np.mean([x for x, _ in at])))
+        ms.append(float(ys.mean()))
+        ss.append(float(ys.std(ddof=1)) if len(ys) > 1 else 0.0)
+    return np.array(xs), np.array(ms), np.array(ss)
+
+
+def plot_curves(groups: List[Group], out: Path) -> List[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for axis, axis_label in AXES:
+        fig, axes = plt.subplots(1, len(METRICS), figsize=(5 * len(METRICS), 3.8), dpi=110)
+        for ax, (metric, metric_label) in zip(axes, METRICS):
+            for k, g in enumerate(groups):
+                runs = g.completed or g.runs
+                curve = _curve(runs, axis, metric)
+                if curve is None:
+                    continue
+                x, m, s = curve
+                style, marker = STYLES[k % len(STYLES)]
+                ax.plot(x, m, linestyle=style, marker=marker, markevery=max(1, len(x) // 8), markersize=4,
+                        color=f"C{k % 10}", label=f"{g.label} (n={len(runs)})")
+                ax.fill_between(x, m - s, m + s, color=f"C{k % 10}", alpha=0.18, linewidth=0)
+            ax.set_xlabel(axis_label)
+            ax.set_ylabel(metric_label)
+            ax.grid(alpha=0.3)
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=min(3, max(1, len(labels))), fontsize=8,
+                   frameon=False)
+        fig.tight_layout(rect=(0, 0.06 + 0.035 * math.ceil(len(labels) / 3), 1, 1))
+        for ext in ("png", "pdf"):
+            path = out / f"curves_{axis}.{ext}"
+            fig.savefig(path)
+            written.append(path)
+        plt.close(fig)
+    return written
+
+
+def participation_rows(groups: List[Group], out: Path) -> List[dict]:
+    rows = []
+    for k, g in enumerate(groups):
+        stats = {c: mean_std([float(np.mean(r.rounds[c])) for r in g.runs if len(r.rounds.get(c, ()))])
+                 for c in ("available", "selected", "completed")}
+        seed0 = min(g.runs, key=lambda r: r.seed)
+        image = None
+        if (seed0.path / "participation.png").is_file():
+            image = f"trace_{k + 1}.png"
+            shutil.copyfile(seed0.path / "participation.png", out / image)
+        rows.append({"group": g.label, **stats, "trace": image, "trace_seed": seed0.seed})
+    return rows
+
+
+def _participation_md(rows: List[dict]) -> str:
+    lines = ["| group | available / round | selected / round | completed / round | trace |", "|---|---|---|---|---|"]
+    for r in rows:
+        trace = f"![seed {r['trace_seed']}]({r['trace']})" if r["trace"] else "—"
+        lines.append(f"| {r['group']} | {_fmt(r['available'], 3)} | {_fmt(r['selected'], 3)} | "
+                     f"{_fmt(r['completed'], 3)} | {trace} |")
+    return "\n".join(lines) + "\n"
+
+
+def _html_table(header: List[str], rows: List[List[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def index_html(title: str, rows: List[dict], part: List[dict], targets: Sequence[float], n_runs: int) -> str:
+    results = _html_table(_columns(targets), [[html.escape(c) for c in _cells(r, targets)] for r in rows])
+    part_rows = [[html.escape(r["group"]), _fmt(r["available"], 3), _fmt(r["selected"], 3), _fmt(r["completed"], 3),
+                  f'<img src="{r["trace"]}" alt="participation trace, seed {r["trace_seed"]}" width="360">'
+                  if r["trace"] else "—"] for r in part]
+    parts = _html_table(["group", "available / round", "selected / round", "completed / round", "trace (first seed)"],
+                        part_rows)
+    curves = "".join(f'<h3>against {label}</h3><img src="curves_{axis}.png" alt="curves against {label}" '
+                     f'style="max-width:100%">' for axis, label in AXES)
+    style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0}"
+             "td,th{border:1px solid #999;padding:4px 8px;text-align:right}td:first-child,th:first-child"
+             "{text-align:left}td:last-child{text-align:left;color:#a00}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"<p>{n_runs} runs in {len(rows)} groups; mean ± sample std over completed seeds "
+            f"(files: results.md, results.tex, report.json).</p><h2>Results</h2>{results}"
+            f"<h2>Learning curves</h2>{curves}<h2>Participation</h2>{parts}</body></html>\n")
+
+
+def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[Sequence[str]] = None,
+           targets: Optional[Sequence[float]] = None) -> Path:
+    """Write the report of the runs under ``dirs``; return its folder."""
+    dirs = [Path(d) for d in dirs]
+    for d in dirs:
+        if not d.is_dir():
+            raise SystemExit(f"fedbench-report: error: {d} is not a directory.")
+    runs = find_runs(dirs)
+    if not runs:
+        raise SystemExit(f"fedbench-report: error: no runs (folders with config.yaml and metrics.csv or "
+                         f"summary.json) under {', '.join(map(str, dirs))}.")
+    if targets is None:
+        targets = sorted({float(t) for r in runs for t in (r.config.get("targets") or [])})
+    out = Path(out) if out else dirs[0] / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    groups = group_runs(runs, group_by)
+    rows = [group_table(g, targets) for g in groups]
+    (out / "results.md").write_text(markdown(rows, targets))
+    (out / "results.tex").write_text(latex(rows, targets))
+    plot_curves(groups, out)
+    part = participation_rows(groups, out)
+    (out / "participation.md").write_text(_participation_md(part))
+    (out / "report.json").write_text(json.dumps(
+        {"targets": list(targets), "groups": [{**r, "members": [str(run.path) for run in g.runs]}
+                                              for r, g in zip(rows, groups)]},
+        indent=2, default=lambda v: None if isinstance(v, float) and not math.isfinite(v) else str(v)))
+    (out / "index.html").write_text(index_html(f"fedbench report: {', '.join(d.name for d in dirs)}",
+                                               rows, part, targets, len(runs)))
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="fedbench-report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dirs", nargs="+", type=Path, help="multirun (or run) directories")
+    parser.add_argument("--group-by", nargs="+", metavar="KEY", help="config keys that define a group")
+    parser.add_argument("--targets", nargs="+", type=float, help="test-accuracy targets (default: the runs')")
+    parser.add_argument("--out", type=Path, help="report folder (default: <first dir>/report)")
+    args = parser.parse_args(argv)
+    out = report(args.dirs, args.out, args.group_by, args.targets)
+    print(f"fedbench-report: wrote {out}/index.html")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

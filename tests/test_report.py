@@ -1,0 +1,120 @@
+"""fedbench-report on a synthetic multirun (written here, not by runs): grouping by config differences except the
+seed, tables recomputed from metrics.csv (checked against numpy here), failed / diverged runs flagged, files."""
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from fedbench.report import main, report
+
+ROUNDS = [10, 20, 30, 40]
+
+
+def _write_run(folder, algo, seed, acc, status="completed", reason=None, error=None, lr=0.1):
+    folder.mkdir(parents=True)
+    config = {"seed": seed, "rounds": 40, "targets": [0.5, 0.7], "algo": {"name": algo, "mu": 0.1 if algo ==
+              "fedprox" else None}, "client": {"lr": lr}, "logger": {"wandb": False},
+              "data": {"root": f"/somewhere/{seed}"}, "participation": {"name": "markov"}}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    if error:
+        (folder / "error.log").write_text(f"Traceback ...\n{error}\n")
+        return
+    with open(folder / "metrics.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["round", "test_acc", "test_loss", "train_loss", "wall_time", "grad_evals", "floats_up",
+                    "floats_down"])
+        for i, (r, a) in enumerate(zip(ROUNDS, acc)):
+            w.writerow([r, a, 2 - a, 2.1 - a, 1.5 * r, 160 * r, 1000 * r, 1000 * r])
+    with open(folder / "rounds.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["round", "available", "selected", "completed", "train_loss"])
+        for r in range(1, 41):
+            w.writerow([r, 20 + seed, 10, 9 + (r % 2), 1.0])
+    (folder / "summary.json").write_text(json.dumps({"status": status, "reason": reason, "wall_time": 60.0 + seed}))
+
+
+ACCS = {("fedavg", 0): [0.3, 0.5, 0.6, 0.65], ("fedavg", 1): [0.35, 0.45, 0.62, 0.7],
+        ("fedavg", 2): [0.2, 0.55, 0.71, 0.69], ("mifa", 0): [0.4, 0.6, 0.72, 0.8],
+        ("mifa", 1): [0.45, 0.65, 0.75, 0.78], ("fedprox", 0): [0.3, 0.4, 0.5, 0.55]}
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    root = tmp_path / "multirun"
+    for k, ((algo, seed), acc) in enumerate(ACCS.items()):
+        _write_run(root / str(k), algo, seed, acc)
+    _write_run(root / "6", "mifa", 2, [0.4, math.nan], status="diverged", reason="non-finite test loss at round 20")
+    _write_run(root / "7", "fedprox", 1, [], error="ValueError: boom")
+    (root / "0" / ".hydra").mkdir()
+    (root / "0" / ".hydra" / "config.yaml").write_text("seed: 0\n")  # Hydra's copy: not a run
+    return root
+
+
+def _parse_md(path):
+    lines = [ln for ln in path.read_text().splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(header, [c.strip() for c in ln.strip("|").split("|")])) for ln in lines[2:]]
+
+
+def _pair(cell):
+    """(mean, std or None, reached) of a cell such as '1,234 ± 56 (2/3)'."""
+    reached = cell.split("(")[1].rstrip(")") if "(" in cell else None
+    parts = [float(x.replace(",", "")) for x in cell.split("(")[0].split("±")]
+    return parts[0], parts[1] if len(parts) > 1 else None, reached
+
+
+def _check(cell, values, reached=None):
+    mean, std, got = _pair(cell)
+    assert mean == pytest.approx(np.mean(values), rel=5e-4)
+    assert std == (pytest.approx(np.std(values, ddof=1), rel=0.05) if len(values) > 1 else None)
+    assert got == reached
+
+
+def test_report_groups_by_config_but_seed_and_recomputes_the_tables(sweep):
+    out = report([sweep])
+    for name in ("results.md", "results.tex", "participation.md", "report.json", "index.html", "curves_round.png",
+                 "curves_round.pdf", "curves_grad_evals.png", "curves_floats.pdf"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    rows = {r["group"]: r for r in _parse_md(out / "results.md")}
+    assert set(rows) == {"algo=fedavg", "algo=mifa", "algo=fedprox"}  # algo.mu only varies with algo.name
+    for algo in ("fedavg", "mifa"):
+        accs = [a for (g, _), a in ACCS.items() if g == algo]
+        _check(rows[f"algo={algo}"]["final acc"], [a[-1] for a in accs])
+        _check(rows[f"algo={algo}"]["best acc"], [max(a) for a in accs])
+    # to 0.7: fedavg seed 1 at round 40, seed 2 at round 30, seed 0 never (2 of 3 reached)
+    _check(rows["algo=fedavg"]["rounds to 0.7"], [40, 30], "2/3")
+    _check(rows["algo=fedavg"]["grads to 0.7"], [160 * 40, 160 * 30])
+    _check(rows["algo=fedavg"]["floats to 0.7"], [2000 * 40, 2000 * 30])
+    _check(rows["algo=mifa"]["rounds to 0.5"], [20, 20])
+    _check(rows["algo=fedavg"]["wall s"], [60, 61, 62])
+    assert rows["algo=mifa"]["seeds"] == "2/3" and "diverged (seed 2): non-finite test loss" in rows["algo=mifa"]["flags"]
+    assert rows["algo=fedprox"]["seeds"] == "1/2" and "failed (seed 1): ValueError: boom" in rows["algo=fedprox"]["flags"]
+    _check(rows["algo=fedprox"]["final acc"], [0.55])  # one seed: no std
+    assert rows["algo=fedprox"]["rounds to 0.7"] == "— (0/1)"
+    data = json.loads((out / "report.json").read_text())
+    assert sum(len(g["members"]) for g in data["groups"]) == 8
+    part = (out / "participation.md").read_text()
+    fedavg = next(ln for ln in part.splitlines() if ln.startswith("| algo=fedavg"))
+    _check(fedavg.split("|")[2], [20, 21, 22])  # mean available per round over seeds 0, 1, 2
+    _check(fedavg.split("|")[4], [9.5, 9.5, 9.5])
+    assert "trace" in part
+    tex = (out / "results.tex").read_text()
+    assert r"\begin{tabular}" in tex and r"$\pm$" in tex and "algo=fedavg" in tex
+    page = (out / "index.html").read_text()
+    assert "curves_round.png" in page and "algo=mifa" in page and "boom" in page
+
+
+def test_group_by_and_targets_options_and_errors(sweep, tmp_path, capsys):
+    assert main([str(sweep), "--group-by", "participation.name", "--targets", "0.6", "--out",
+                 str(tmp_path / "r")]) == 0
+    rows = _parse_md(tmp_path / "r" / "results.md")
+    assert [r["group"] for r in rows] == ["participation=markov"] and "rounds to 0.6" in rows[0]
+    assert rows[0]["seeds"] == "6/8"
+    with pytest.raises(SystemExit, match="--group-by algo.nme"):
+        main([str(sweep), "--group-by", "algo.nme"])
+    with pytest.raises(SystemExit, match="no runs"):
+        main([str(tmp_path / "r")])
