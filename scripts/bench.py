@@ -42,7 +42,7 @@ WORKLOADS = {
     "W3-mifa": [*FMNIST, "algo=mifa", "partition.num_clients=1000", "participation.selection.clients_per_round=10"],
     "W3-scaffold": [*FMNIST, "algo=scaffold", "partition.num_clients=1000",
                     "participation.selection.clients_per_round=10"],
-    "W4": ["experiment=arbitrary_fmnist", "engine.num_threads=1"],
+    "W4": ["experiment=wang22_fmnist_periodic", "engine.num_threads=1"],
 }
 QUICK = {
     "Q-mlp": ["dataset=digits", "partition=iid", "model=mlp", "partition.num_clients=20", "client.local_steps=3",

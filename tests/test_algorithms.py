@@ -258,6 +258,16 @@ def test_wait_baselines_train_everyone_once_per_period(tiny_cfg, tmp_path):
     assert trained == [4, 0, 0, 10, 0, 0, 10]  # warm-up round, then all 10 clients at the end of each window
 
 
+def test_wait_algorithm_options_are_the_modes_at_the_warmup_learning_rate(tiny_cfg, tmp_path):
+    args = ("algo.period=3", "algo.warmup_rounds=1", "algo.warmup_lr=0.3", "rounds=4")
+    mode = final_params(tiny_cfg("algo=amplified_fedavg", "algo.mode=wait_minibatch", "algo.eta=1", *args),
+                        tmp_path, "mode")
+    option = final_params(tiny_cfg("algo=wait_minibatch", *args), tmp_path, "option")
+    torch.testing.assert_close(mode, option, rtol=0, atol=0)
+    sim = make_sim(tiny_cfg("algo=wait_full", *args), tmp_path / "full")
+    assert [sim.algo.local_options(RoundContext(t, 0.1, None), 0).get("lr") for t in (0, 3)] == [0.3, 0.3]
+
+
 # ---- learning-rate schedules ------------------------------------------------------------------------------------
 def test_lr_schedules(tiny_cfg):
     cfg = tiny_cfg("client.lr_schedule.kind=exponential", "client.lr_schedule.decay=0.95",
@@ -341,8 +351,8 @@ def test_summary_reports_memory_and_scaffold_uploads_twice(tiny_cfg, tmp_path):
 
 
 @pytest.mark.parametrize("experiment, extra", [
-    ("mimic_fmnist", ("partition.classes_per_client=2",)),
-    ("arbitrary_fmnist", ("algo.warmup_rounds=1",)),
+    ("mimic_fmnist_roundrobin", ("partition.classes_per_client=2",)),
+    ("wang22_fmnist_periodic", ("algo.warmup_rounds=1",)),
     ("fedamd_fmnist", ("participation.selection.clients_per_round=4", "algo.p=0.5")),
     ("fedsrc_fmnist", ("participation.selection.clients_per_round=4",)),
     ("fedsrc_fmnist_small", ("participation.selection.clients_per_round=4", "participation/selection=fedsrc_g")),

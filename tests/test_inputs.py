@@ -168,11 +168,11 @@ def test_valid_but_unusual_overrides_run(tmp_path, overrides):
 
 
 def test_presets_compose_with_sweeps_over_algorithms_and_selections():
-    cfg = compose("experiment=arbitrary_fmnist", "algo=fedavg")
+    cfg = compose("experiment=wang22_fmnist_periodic", "algo=fedavg")
     assert cfg.algo.name == "fedavg" and "eta" not in cfg.algo
-    amp = compose("experiment=arbitrary_fmnist")
+    amp = compose("experiment=wang22_fmnist_periodic")
     assert (amp.algo.eta, amp.algo.period, amp.algo.warmup_rounds) == (10.0, 500, 2000)
-    assert compose("experiment=arbitrary_fmnist", "algo.period=7").algo.period == 7  # the command line wins
+    assert compose("experiment=wang22_fmnist_periodic", "algo.period=7").algo.period == 7  # the command line wins
     assert compose("experiment=smoke").participation.selection.clients_per_round == 5
     assert compose("experiment=smoke", "participation.selection.clients_per_round=3") \
         .participation.selection.clients_per_round == 3

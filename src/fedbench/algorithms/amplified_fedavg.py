@@ -10,6 +10,8 @@ Baselines of §1.6 (experimental variant, note §6.14), after warm-up:
 ``wait_minibatch``: every P rounds all N clients, ignoring availability, run I local steps of minibatches from
 the current model and their deltas are averaged (eta = 1); the P - 1 rounds in between only wait.
 ``wait_full``: the same with each local step on the client's whole local dataset.
+Both train at ``warmup_lr`` after warm-up too (the paper's wait-* runs use eta = 1 and gamma = the warm-up learning
+rate, note §6.14); they are also the algorithms ``wait_minibatch`` and ``wait_full``, so one sweep compares them.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ class AmplifiedFedAvg(Algorithm):
     def local_options(self, rc, client):
         warm = rc.round < self.cfg.warmup_rounds
         options = {}
-        if warm and self.cfg.warmup_lr is not None:
+        if (warm or self.mode != Mode.amplified) and self.cfg.warmup_lr is not None:
             options["lr"] = self.cfg.warmup_lr
         if self.mode == Mode.wait_full and not warm:
             options["batch_size"] = int(self.ctx.sizes[client])
@@ -87,3 +89,25 @@ class AmplifiedFedAvg(Algorithm):
         if self._window_end(rc.round):
             x.add_(self.u, alpha=self.cfg.eta - 1.0)
             self.u.zero_()
+
+
+@ALGORITHMS.register("wait_minibatch")
+class WaitMinibatch(AmplifiedFedAvg):
+    """The wait-minibatch baseline: ``amplified_fedavg`` with ``mode=wait_minibatch`` (eta unused)."""
+
+    @dataclass
+    class Config(AmplifiedFedAvg.Config):
+        name: str = "wait_minibatch"
+        eta: float = 1.0
+        mode: Mode = Mode.wait_minibatch
+
+
+@ALGORITHMS.register("wait_full")
+class WaitFull(AmplifiedFedAvg):
+    """The wait-full baseline: ``amplified_fedavg`` with ``mode=wait_full`` (eta unused)."""
+
+    @dataclass
+    class Config(AmplifiedFedAvg.Config):
+        name: str = "wait_full"
+        eta: float = 1.0
+        mode: Mode = Mode.wait_full
