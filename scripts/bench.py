@@ -10,7 +10,8 @@ configuration allows it) vmap runners, and two floors with no framework -- a seq
 vector into the model, I SGD steps per client, average the deltas) and a vmap-batched loop (torch.func over the
 round's clients). Rounds/s is the median of ``--reps`` timed repetitions after a warm-up; fedbench's split of a
 round (local training, aggregation/server, participation, the rest) is timed inside the same rounds, evaluation
-apart (one evaluation, shown per round at the workload's eval_every). Ratios are fedbench / floor. ``--set``
+apart (one evaluation, shown per round at the workload's eval_every, and against a bare no-grad forward of the same
+model over the test set at its best batch size). Ratios are fedbench / floor. ``--set``
 appends overrides to every workload (the floors read ``engine.num_threads`` from them: 0 = torch's default, every
 core); the workloads pin one thread otherwise.
 """
@@ -105,13 +106,35 @@ def fedbench_variant(overrides: list, runner: str, rounds: int, reps: int) -> di
     total = sum(times)
     t0 = time.perf_counter()
     sim.evaluate()
+    sync()
     eval_s = time.perf_counter() - t0
+    rss = _rss_mb()  # before the bare forward's large batches
+    bare_s = _bare_forward(sim, sync)
     per_round = {k: v / (rounds * reps + 1) for k, v in split.items()}
     per_round["rest"] = max(total / (rounds * reps) - sum(per_round.values()), 0.0)
     per_round["evaluation"] = eval_s / (cfg.eval_every)
-    return {"rounds_per_s": rate, "split_s": per_round, "eval_s": eval_s, "peak_rss_mb": _rss_mb(),
+    sim.close()
+    return {"rounds_per_s": rate, "split_s": per_round, "eval_s": eval_s, "bare_forward_s": bare_s,
+            "peak_rss_mb": rss,
             "eval_every": cfg.eval_every, "device": str(sim.device), "num_clients": sim.data.num_clients,
             "dim": sim.dim}
+
+
+def _bare_forward(sim, sync) -> float:
+    """Seconds of a bare no-grad forward of the same model over the test tensors at the best of three batch sizes:
+    what evaluation cannot beat."""
+    import torch
+
+    model, x = sim.module.model.eval(), sim.data.x_test
+    best = float("inf")
+    with torch.no_grad():
+        for bs in (256, 1024, 4096):
+            t0 = time.perf_counter()
+            for xb in x.split(bs):
+                model(xb)
+            sync()
+            best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dict:
@@ -232,6 +255,10 @@ def main() -> None:
                             for k in ("train", "server", "participation", "rest", "evaluation"))
             print(f"{name:<12} {variant:<11} {r['rounds_per_s']:9.2f} {ratio:8.2f}x {ratio_v:12.2f}x {cols} "
                   f"{r['peak_rss_mb']:7.0f}", flush=True)
+            if "bare_forward_s" in r:
+                times = r["eval_s"] / r["bare_forward_s"]
+                print(f"{'':<12} {variant:<11} one evaluation {r['eval_s']:.2f} s = {times:.2f}x a bare no-grad "
+                      "forward over the test set at the best batch size", flush=True)
         if name == "W4" and "thin" in row:
             best = max((v for k, v in row.items() if k in ("thin", "vmap") and "rounds_per_s" in v),
                        key=lambda v: v["rounds_per_s"])

@@ -30,7 +30,7 @@ RANGES: Dict[str, Tuple[Optional[float], Optional[float], bool, bool]] = {
     "client.local_steps": _GE1, "client.batch_size": _GE1, "client.lr": _POS,
     "client.momentum": _UNIT_OPEN, "client.lr_schedule.every": _GE1, "client.lr_schedule.decay": (0, 1, False, True),
     "client.lr_schedule.gamma": (0, 1, False, True),
-    "engine.eval_batch_size": _GE1, "engine.cohort_size": _GE1,
+    "engine.cohort_size": _GE1,
     "partition.num_clients": (0, None, True, False), "partition.alpha": _POS, "partition.max_tries": _GE1,
     "partition.shards_per_client": _GE1, "partition.classes_per_client": _GE1, "partition.similarity": _UNIT,
     "partition.sigma": _POS,

@@ -146,7 +146,7 @@ class EngineConfig:
     client_runner: ClientRunner = ClientRunner.thin
     cohort_size: int = 128  # client_runner=vmap: clients trained together at most (bounds memory)
     device: str = "cpu"  # cpu | cuda | cuda:N | auto
-    eval_batch_size: int = 2048
+    eval_batch_size: int = 0  # 0: EVAL_BATCH by device (fedbench.engine.simulation)
     eval_train: bool = False  # also evaluate the global model on the whole training set (global_train_loss/acc)
     num_threads: int = 0  # torch intra-op threads; 0 = by the rule in fedbench.engine.simulation.auto_threads
     workers: int = 0  # > 1: train each round's clients in this many processes, one thread each (engine.workers)

@@ -7,10 +7,10 @@ hook's ``Affine`` map or None), trains them one after another exactly as the seq
 each client's delta, loss, buffers and gradient count. The main process keeps the entries' order, so aggregation
 and every algorithm's server state are those of a one-process run; parameters equal the thin runner's to
 floating-point reassociation of affine hooks (bit-identical without hooks). Clients are dealt to workers by their
-work (steps x batch), largest first (a client drawn twice stays on one worker, in order). What runs: the algorithms the cohort runner runs (their local steps are
-plain SGD shaped by ``local_options``, ``finish_update`` and affine hooks), on any model (BN, dropout, augmentation,
-gradient noise: the workers run the real thin runner). A round in which a hooked client appears twice runs in the
-main process, as under the cohort runner.
+work (steps x batch), largest first; a client drawn twice stays on one worker, in order. What runs: the algorithms
+the cohort runner runs (their local steps are plain SGD shaped by ``local_options``, ``finish_update`` and affine
+hooks), on any model (BN, dropout, augmentation, gradient noise: the workers run the real thin runner). A round in
+which a hooked client appears twice runs in the main process, as under the cohort runner.
 """
 
 from __future__ import annotations
