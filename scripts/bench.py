@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,6 +44,8 @@ WORKLOADS = {
     "W3-mifa": [*FMNIST, "algo=mifa", "partition.num_clients=1000", "participation.selection.clients_per_round=10"],
     "W3-scaffold": [*FMNIST, "algo=scaffold", "partition.num_clients=1000",
                     "participation.selection.clients_per_round=10"],
+    "W3-mifa-10k": [*FMNIST, "algo=mifa", "partition.num_clients=10000",
+                    "participation.selection.clients_per_round=10", "engine.client_state=memmap"],
     "W4": ["experiment=wang22_fmnist_periodic", "engine.num_threads=1"],
 }
 QUICK = {
@@ -80,7 +83,8 @@ def fedbench_variant(overrides: list, runner: str, rounds: int, reps: int) -> di
 
     register_configs()
     cfg = _compose(["logger=none", *overrides, f"engine.client_runner={runner}"])
-    sim = Simulation(cfg, Path(tempfile.mkdtemp()), ROOT / cfg.data.root)
+    run_dir = Path(tempfile.mkdtemp())
+    sim = Simulation(cfg, run_dir, ROOT / cfg.data.root)
     if runner == "vmap" and sim.cohort is None:
         return {"skipped": "vmap unsupported"}
     split = {"train": 0.0, "server": 0.0, "participation": 0.0}
@@ -114,9 +118,11 @@ def fedbench_variant(overrides: list, runner: str, rounds: int, reps: int) -> di
     per_round["rest"] = max(total / (rounds * reps) - sum(per_round.values()), 0.0)
     per_round["evaluation"] = eval_s / (cfg.eval_every)
     sim.close()
+    store = sim.store.report()
+    shutil.rmtree(run_dir, ignore_errors=True)  # memmap client state can be gigabytes
     return {"rounds_per_s": rate, "split_s": per_round, "eval_s": eval_s, "bare_forward_s": bare_s,
             "peak_rss_mb": rss,
-            "eval_every": cfg.eval_every, "device": str(sim.device), "num_clients": sim.data.num_clients,
+            "client_state_bytes": store.get("bytes"), "eval_every": cfg.eval_every, "device": str(sim.device), "num_clients": sim.data.num_clients,
             "dim": sim.dim}
 
 
