@@ -4,6 +4,8 @@ seed, tables recomputed from metrics.csv (checked against numpy here), failed / 
 import csv
 import json
 import math
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -118,3 +120,22 @@ def test_group_by_and_targets_options_and_errors(sweep, tmp_path, capsys):
         main([str(sweep), "--group-by", "algo.nme"])
     with pytest.raises(SystemExit, match="no runs"):
         main([str(tmp_path / "r")])
+
+
+@pytest.mark.slow
+def test_index_html_renders_in_a_headless_browser(sweep, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("Chromium is not installed (CI installs the Debian package)")
+    out = report([sweep])
+    (out / "curves_floats.png").unlink()  # a broken image must show as such
+    args = [browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*args, "--dump-dom", (out / "index.html").as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert dom.count("<table>") == 2 and "algo=mifa" in dom and "diverged (seed 2)" in dom
+    assert "image missing: curves_floats.png" in dom
+    assert "image missing: curves_round.png" not in dom and "image missing: trace_1.png" not in dom
+    shot = tmp_path / "page.png"
+    subprocess.run([*args, f"--screenshot={shot}", "--window-size=1400,2000", (out / "index.html").as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.stat().st_size > 20_000  # a rendered page with tables and figures, not a blank one

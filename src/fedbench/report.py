@@ -318,15 +318,19 @@ def _html_table(header: List[str], rows: List[List[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+#: an image that fails to load is replaced by a visible note (the page is also checked this way in the tests)
+_MISSING = ' onerror="this.replaceWith(\'image missing: \' + this.getAttribute(\'src\'))"'
+
+
 def index_html(title: str, rows: List[dict], part: List[dict], targets: Sequence[float], n_runs: int) -> str:
     results = _html_table(_columns(targets), [[html.escape(c) for c in _cells(r, targets)] for r in rows])
     part_rows = [[html.escape(r["group"]), _fmt(r["available"], 3), _fmt(r["selected"], 3), _fmt(r["completed"], 3),
-                  f'<img src="{r["trace"]}" alt="participation trace, seed {r["trace_seed"]}" width="360">'
+                  f'<img src="{r["trace"]}" alt="participation trace, seed {r["trace_seed"]}" width="360"{_MISSING}>'
                   if r["trace"] else "—"] for r in part]
     parts = _html_table(["group", "available / round", "selected / round", "completed / round", "trace (first seed)"],
                         part_rows)
     curves = "".join(f'<h3>against {label}</h3><img src="curves_{axis}.png" alt="curves against {label}" '
-                     f'style="max-width:100%">' for axis, label in AXES)
+                     f'style="max-width:100%"{_MISSING}>' for axis, label in AXES)
     style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0}"
              "td,th{border:1px solid #999;padding:4px 8px;text-align:right}td:first-child,th:first-child"
              "{text-align:left}td:last-child{text-align:left;color:#a00}")
