@@ -31,7 +31,8 @@ def final(cfg, tmp_path, name):
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_every_algorithm_gives_identical_parameters_under_both_runners(tiny_cfg, tmp_path, algo):
     args = (*MLP, f"algo={algo}", "participation.selection.clients_per_round=2", "client.local_steps=3")
-    args += {"amplified_fedavg": ("algo.period=1",), "fedamd": ("algo.p=0",)}.get(algo, ())
+    args += {"amplified_fedavg": ("algo.period=1",), "wait_minibatch": ("algo.period=1",),
+             "wait_full": ("algo.period=1",), "fedamd": ("algo.p=0",)}.get(algo, ())
     sims = [make_sim(tiny_cfg(*args, f"engine.client_runner={r}"), tmp_path / r) for r in ("thin", "lightning")]
     for sim in sims:
         before = sim.x.clone()
