@@ -32,6 +32,7 @@ SUPPORTED = [
     ("model=mlp_784_200_100_10_bn", "dataset=synthetic", "dataset.dim=784"),  # per-client running statistics
     ("model=mlp_784_200_100_10_bn", "dataset=synthetic", "dataset.dim=784", "participation=straggler",
      "client.batch_size=200"),  # BN statistics over real samples only
+    ("model=cnn_fmnist", "rounds=2"),  # convolutions: the CPU's NHWC hook leaves vmapped inputs alone
 ]
 
 

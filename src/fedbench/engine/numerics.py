@@ -49,8 +49,10 @@ class Numerics:
 
 def _nhwc(module: nn.Module, args: tuple):
     """Forward pre-hook: a 4-D input that is not NHWC-strided is copied into NHWC (a 1-channel batch gathered from
-    the dataset is both contiguous and 'channels_last' by torch's test, yet not NHWC for oneDNN: stride(1) says)."""
+    the dataset is both contiguous and 'channels_last' by torch's test, yet not NHWC for oneDNN: stride(1) says).
+    Inputs inside torch.func transforms (the cohort runner's vmap(grad)) are left alone: their logical 4-D view
+    wraps a 5-D batch."""
     x = args[0]
-    if not torch._C._functorch.is_batchedtensor(x) and x.dim() == 4 and x.stride(1) != 1:
+    if not torch._C._functorch.is_functorch_wrapped_tensor(x) and x.dim() == 4 and x.stride(1) != 1:
         return (torch.empty_like(x, memory_format=torch.channels_last).copy_(x),) + tuple(args[1:])
     return None

@@ -524,6 +524,8 @@ class Simulation:
             **self.trainer.cost.totals(),
             "init_cost": self.init_cost,
             "num_parameters": self.dim,
+            "device": str(self.device),
+            "precision": self.cfg.engine.precision,
             "client_runner": self.runner_kind,
             "num_threads": self.num_threads,
             "memory_format": self.module.numerics.memory_format,

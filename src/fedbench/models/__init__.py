@@ -137,7 +137,9 @@ class CNNFMNIST(ZooModel):
 
 class SeededDropout(nn.Module):
     """Dropout whose mask comes from ``self.generator`` (set per client and round by the trainer), so a model
-    with dropout stays reproducible without touching torch's global RNG. Without a generator it uses the global one."""
+    with dropout stays reproducible without touching torch's global RNG. Without a generator it uses the global one.
+    The mask is drawn on the generator's device (the CPU streams) and moved to the input's, so a CUDA run drops the
+    same units as the CPU run."""
 
     def __init__(self, p: float):
         super().__init__()
@@ -148,8 +150,10 @@ class SeededDropout(nn.Module):
     def forward(self, x):
         if not self.training or self.p == 0:
             return x
-        keep = self.mask if self.mask is not None else \
-            torch.rand(x.shape, generator=self.generator, device=x.device) >= self.p
+        keep = self.mask
+        if keep is None:
+            g = self.generator
+            keep = (torch.rand(x.shape, generator=g, device=x.device if g is None else g.device) >= self.p).to(x.device)
         return x * keep / (1 - self.p)
 
 
