@@ -139,3 +139,17 @@ def test_index_html_renders_in_a_headless_browser(sweep, tmp_path):
     subprocess.run([*args, f"--screenshot={shot}", "--window-size=1400,2000", (out / "index.html").as_uri()],
                    capture_output=True, timeout=120)
     assert shot.stat().st_size > 20_000  # a rendered page with tables and figures, not a blank one
+
+
+def test_labels_leave_out_keys_that_come_with_a_nested_option(tmp_path):
+    from fedbench.report import Run, group_runs
+
+    def run(kind, mode, lr, seed):
+        selection = {"kind": kind, "mode": mode, "clients_per_round": 10}
+        return Run(tmp_path / f"{kind}{lr}{seed}", {"seed": seed, "client.lr": lr, "participation.name": "uniform",
+                   **{f"participation.selection.{k}": v for k, v in selection.items()}}, {}, {}, "completed", None, 1.0)
+
+    runs = [run(k, m, lr, s) for k, m in (("uniform", None), ("fedsrc_d", "oracle")) for lr in (0.1, 0.2)
+            for s in (0, 1)]
+    labels = sorted(g.label for g in group_runs(runs))
+    assert labels == [f"client.lr={lr}, participation.selection={k}" for lr in (0.1, 0.2) for k in ("fedsrc_d", "uniform")]

@@ -135,7 +135,7 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None) -> List[Gr
     for run in sorted(runs, key=lambda r: (str(r.path))):
         ident = json.dumps([repr(run.config.get(k)) for k in identity])
         if ident not in groups:
-            label = ", ".join(f"{re.sub(r'[.]name$', '', k)}={run.config.get(k)}" for k in keys) or "all runs"
+            label = ", ".join(f"{re.sub(r'[.](name|kind)$', '', k)}={run.config.get(k)}" for k in keys) or "all runs"
             groups[ident] = Group(label)
         groups[ident].runs.append(run)
     labels = [g.label for g in groups.values()]
@@ -146,14 +146,19 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None) -> List[Gr
 
 
 def _explained(key: str, varying: Sequence[str], runs: List[Run]) -> bool:
-    head = key.split(".")[0]
-    option = f"{head}.name"
-    if key == option or option not in varying:
-        return False
-    by_option: Dict[str, set] = {}
-    for r in runs:
-        by_option.setdefault(repr(r.config.get(option)), set()).add(repr(r.config.get(key)))
-    return all(len(v) == 1 for v in by_option.values())
+    """Whether ``key`` varies only with a varying option above it (``<prefix>.name`` or ``<prefix>.kind``: ``algo.mu``
+    with ``algo.name``, ``participation.selection.mode`` with ``participation.selection.kind``)."""
+    parts = key.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        for option in (".".join(parts[:i]) + ".name", ".".join(parts[:i]) + ".kind"):
+            if option == key or option not in varying:
+                continue
+            by_option: Dict[str, set] = {}
+            for r in runs:
+                by_option.setdefault(repr(r.config.get(option)), set()).add(repr(r.config.get(key)))
+            if all(len(v) == 1 for v in by_option.values()):
+                return True
+    return False
 
 
 def mean_std(values: Sequence[float]) -> tuple:
