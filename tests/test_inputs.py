@@ -234,3 +234,9 @@ def test_trace_file_of_any_extension_with_valid_content_runs(tmp_path):
     (tmp_path / "t.npy").rename(path)
     code, out, job = call([*SMOKE, "participation=trace", f"participation.availability.path={path}"], tmp_path)
     assert code in (0, None), out
+
+
+def test_appending_a_default_group_means_choosing_it(tmp_path):
+    code, out, job = call(["+experiment=smoke", "logger=none", "rounds=2", "eval_every=1"], tmp_path)
+    assert code == 0, out
+    assert json.loads((job / "summary.json").read_text())["status"] == "completed"
