@@ -246,7 +246,8 @@ def main() -> None:
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     results = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "gpu": gpu,
-                           "torch": torch.__version__, "python": platform.python_version()}, "overrides": args.set, "workloads": {}}
+                           "torch": torch.__version__, "python": platform.python_version()},
+               "overrides": args.set, "workloads": {}}
     print(f"{'workload':<12} {'variant':<11} {'rounds/s':>9} {'vs floor':>9} {'vs vmap floor':>13} "
           f"{'train':>7} {'server':>7} {'partic.':>7} {'rest':>7} {'eval/r':>7} {'RSS MB':>7}")
     for name in names:

@@ -19,16 +19,10 @@ ALGOS = [("algo=fedavg",), ("algo=scaffold",), ("algo=mifa", "participation=mark
           "participation=periodic", "participation.availability.period=2")]
 
 
-def _cfg(*overrides):
-    base = [o for o in TINY if not (o.startswith("participation.") and any(x.startswith("participation=")
-                                                                           for x in overrides))]
-    return compose(*base, *overrides)
-
-
 @pytest.mark.parametrize("overrides", ALGOS, ids=lambda o: o[0].split("=")[1])
-def test_a_cuda_run_follows_the_cpu_run(tmp_path, overrides):
-    cpu = trained_sim(_cfg(*overrides), tmp_path / "cpu")
-    gpu = trained_sim(_cfg(*overrides, CUDA), tmp_path / "gpu")
+def test_a_cuda_run_follows_the_cpu_run(tmp_path, tiny_cfg, overrides):
+    cpu = trained_sim(tiny_cfg(*overrides), tmp_path / "cpu")
+    gpu = trained_sim(tiny_cfg(*overrides, CUDA), tmp_path / "gpu")
     assert gpu.x.device.type == "cuda" and gpu.module.flat.params.device.type == "cuda"
     diff = float((gpu.x.cpu() - cpu.x).abs().max())
     assert diff < 1e-4, diff  # same minibatches and participation (counter-based streams); only kernels differ
@@ -42,9 +36,9 @@ COHORT = [(), ("algo=scaffold", "participation=straggler"), ("model=mlp_fedsrc",
 
 
 @pytest.mark.parametrize("overrides", COHORT, ids=["logreg", "scaffold-straggler", "dropout", "bn", "cnn"])
-def test_the_cohort_runner_on_cuda_equals_the_sequential_runner(tmp_path, overrides):
-    seq = trained_sim(_cfg(*overrides, CUDA), tmp_path / "seq")
-    vec = trained_sim(_cfg(*overrides, CUDA, "engine.client_runner=vmap"), tmp_path / "vmap")
+def test_the_cohort_runner_on_cuda_equals_the_sequential_runner(tmp_path, tiny_cfg, overrides):
+    seq = trained_sim(tiny_cfg(*overrides, CUDA), tmp_path / "seq")
+    vec = trained_sim(tiny_cfg(*overrides, CUDA, "engine.client_runner=vmap"), tmp_path / "vmap")
     assert vec.cohort is not None
     assert torch.allclose(seq.x, vec.x, atol=1e-5, rtol=0), float((seq.x - vec.x).abs().max())
     assert torch.allclose(seq.buffers, vec.buffers, atol=1e-5, rtol=0)

@@ -152,4 +152,5 @@ def test_labels_leave_out_keys_that_come_with_a_nested_option(tmp_path):
     runs = [run(k, m, lr, s) for k, m in (("uniform", None), ("fedsrc_d", "oracle")) for lr in (0.1, 0.2)
             for s in (0, 1)]
     labels = sorted(g.label for g in group_runs(runs))
-    assert labels == [f"client.lr={lr}, participation.selection={k}" for lr in (0.1, 0.2) for k in ("fedsrc_d", "uniform")]
+    assert labels == [f"client.lr={lr}, participation.selection={k}" for lr in (0.1, 0.2)
+                      for k in ("fedsrc_d", "uniform")]

@@ -374,13 +374,11 @@ class SweepTable(Callback):
 SWEEP_FAILED: list = []
 
 
-#: Groups of the primary config's defaults list: ``+group=x`` (Hydra's "append" form) means the same as ``group=x``.
-DEFAULT_GROUPS = ("dataset", "partition", "model", "algo", "participation", "engine", "logger", "experiment")
-
-
 def main() -> None:
     register_configs()
-    sys.argv[1:] = [a[1:] if a.startswith("+") and a[1:].split("=")[0] in DEFAULT_GROUPS else a for a in sys.argv[1:]]
+    # ``+group=x`` (Hydra's "append" form) for a group of the primary defaults list (a conf/ folder) is ``group=x``
+    groups = {p.name for p in Path(CONF_DIR).iterdir() if p.is_dir()} - {"hydra"}
+    sys.argv[1:] = [a[1:] if a.startswith("+") and a[1:].split("=")[0] in groups else a for a in sys.argv[1:]]
     try:
         message = preflight(sys.argv[1:])
     except KeyboardInterrupt:
