@@ -5,10 +5,11 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt setup.cfg | cksum | cut -d' ' -f1)
 CLUSTER_STAMP := $(VENV)/.cluster-$(shell cksum requirements-cluster.txt | cut -d' ' -f1)
+DOCS_STAMP := $(VENV)/.docs-$(shell cksum requirements-docs.txt | cut -d' ' -f1)
 FMNIST_DEBIAN := /usr/share/datasets/fashion-mnist
 ARGS ?=
 
-.PHONY: run test test-slow bench report fmnist cluster clean
+.PHONY: run test test-slow bench report fmnist cluster docs clean
 
 $(STAMP): requirements.txt setup.cfg
 	@test -x $(PYTHON) || $(PY) -m venv $(VENV)
@@ -22,6 +23,14 @@ $(CLUSTER_STAMP): requirements-cluster.txt $(STAMP)
 	@rm -f $(VENV)/.cluster-* && touch $@
 
 cluster: $(CLUSTER_STAMP)
+
+# The documentation site (MkDocs + Material), built strictly: a broken link or a page left out of the nav fails.
+$(DOCS_STAMP): requirements-docs.txt $(STAMP)
+	$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements-docs.txt
+	@rm -f $(VENV)/.docs-* && touch $@
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # FashionMNIST: Debian's dataset-fashion-mnist where apt is usable, else torchvision's download into data/.
 fmnist: $(STAMP)
@@ -53,4 +62,4 @@ report: $(STAMP)
 	$(VENV)/bin/fedbench-report $(DIR) $(ARGS)
 
 clean:
-	rm -rf outputs multirun .pytest_cache
+	rm -rf outputs multirun site .pytest_cache

@@ -156,7 +156,7 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
     from fedbench.cli import _compose
     from fedbench.config import register_configs
     from fedbench.data import build_federated
-    from fedbench.engine.simulation import resolve_device
+    from fedbench.engine.stack import resolve_device
     from fedbench.models import build_model
 
     register_configs()

@@ -33,9 +33,9 @@ from fedbench.algorithms import gradma as gradma_module  # noqa: E402
 from bench import fedbench_variant  # noqa: E402
 from fedbench.cli import _compose  # noqa: E402
 from fedbench.config import register_configs  # noqa: E402
-from fedbench.engine.local import LocalModule  # noqa: E402
-from fedbench.engine.step import LocalRun  # noqa: E402
-from fedbench.engine.runners import ThinRunner  # noqa: E402
+from fedbench.training.local import LocalModule  # noqa: E402
+from fedbench.training.step import LocalRun  # noqa: E402
+from fedbench.training.runners import ThinRunner  # noqa: E402
 from fedbench.models import build_model  # noqa: E402
 from fedbench.participation import RoundParticipation  # noqa: E402
 from fedbench.records import ClientUpdate, Cost  # noqa: E402
@@ -78,8 +78,8 @@ def server_qp_scale(model: list[str], shape: tuple, memory: int, reps: int) -> d
     gen = torch.Generator().manual_seed(0)
     out = {"parameters": d, "memory": memory, "changed_rows": S}
     for mode in ("flat", "layer"):
-        cls = ALGORITHMS.get_class("gradma_s")
-        algo = cls(cls.Config(qp_mode=mode, memory_size=memory),
+        cls = ALGORITHMS.get_class("gradma")
+        algo = cls(cls.Config(worker_qp=False, qp_mode=mode, memory_size=memory),
                    AlgoContext(d, memory, np.ones(memory), torch.device("cpu"), 0, param_sizes=sizes))
         x = torch.zeros(d)
         times = []

@@ -10,10 +10,10 @@ import torch
 
 from fedbench.algorithms import ALGORITHMS, AlgoContext, ClientUpdate, RoundContext
 from fedbench.algorithms.fedprox import ProxHook
-from fedbench.engine.client_state import ClientStateStore
-from fedbench.engine.schedule import lr_at
+from fedbench.training.client_state import ClientStateStore
+from fedbench.training.schedule import lr_at
 from fedbench.participation import RoundParticipation
-from helpers import make_sim, trained_sim
+from conftest import make_sim, trained_sim
 
 ROUNDS = 3
 
@@ -63,8 +63,8 @@ def test_mimic_client_side_equals_server_side(tiny_cfg, tmp_path):
 
 
 def test_fedprox_loss_hook_gradient_is_mu_times_distance():
-    from fedbench.engine.local import LocalModule
-    from fedbench.engine.step import LocalRun, StepContext
+    from fedbench.training.local import LocalModule
+    from fedbench.training.step import LocalRun, StepContext
     from fedbench.models import LogReg
     from fedbench.records import Cost
 
@@ -207,7 +207,7 @@ def test_gradma_s_server_qp_hand_computed():
     # round 1 (client 0, w = 1): d = D0' = (.75, -.5625), m = .5 (0, .75) + d = (.75, -.1875);
     # D0 = .5 (.75, 0) + d = (1.125, -.5625), D1 = .5 (-.75, 1.5) = (-.375, .75); <m, D1> = -.421875 < 0,
     # so m~ = m + (.421875 / .703125) D1 = (.525, .2625) (and <m~, D0> > 0); x2 = x1 + m~ = (.525, 1.0125)
-    algo, x = run_two_rounds("gradma_s", beta1=0.5, beta2=0.5, memory_size=2)
+    algo, x = run_two_rounds("gradma", worker_qp=False, beta1=0.5, beta2=0.5, memory_size=2)
     torch.testing.assert_close(x, torch.tensor([0.525, 1.0125]), rtol=0, atol=1e-6)
     torch.testing.assert_close(algo.momentum, torch.tensor([0.525, 0.2625]), rtol=0, atol=1e-6)
 
@@ -217,7 +217,7 @@ def test_gradma_w_worker_qp_hand_computed():
     # g = -a_i/2 and the drift column c = a_i/2 with <g, c> < 0: g~ = g - <g,c>/|c|^2 c = 0, so Delta_i = a_i/2.
     # x1 = mean = (0, .5). Round 1, client 0 (x_{-1} = its last local model (.5, 0)): step 0 g = (-1, .5) is
     # unconstrained, y1 = (.5, .25); step 1 g = (-.5, .25) = -c, so g~ = 0 again: x2 = (.5, .25)
-    algo, x = run_two_rounds("gradma_w")
+    algo, x = run_two_rounds("gradma", server_qp=False)
     torch.testing.assert_close(x, torch.tensor([0.5, 0.25]), rtol=0, atol=1e-6)
     torch.testing.assert_close(algo.last_local.get(0), torch.tensor([0.5, 0.25]), rtol=0, atol=1e-6)
 
@@ -254,7 +254,7 @@ def test_wait_baselines_train_everyone_once_per_period(tiny_cfg, tmp_path):
     cfg = tiny_cfg("algo=amplified_fedavg", "algo.mode=wait_full", "algo.period=3", "algo.warmup_rounds=1",
                    "rounds=7")
     sim = make_sim(cfg, tmp_path)
-    trained = [sim.round(t)["completed"] for t in range(7)]
+    trained = [sim.round(t).completed for t in range(7)]
     assert trained == [4, 0, 0, 10, 0, 0, 10]  # warm-up round, then all 10 clients at the end of each window
 
 
@@ -281,7 +281,7 @@ def test_lr_schedules(tiny_cfg):
 
 def test_schedule_reaches_round_context(tiny_cfg, tmp_path):
     sim = make_sim(tiny_cfg("client.lr_schedule.kind=exponential", "client.lr_schedule.decay=0.5"), tmp_path)
-    assert [sim.round(t)["lr"] for t in range(3)] == pytest.approx([0.1, 0.05, 0.025])
+    assert [sim.round(t).lr for t in range(3)] == pytest.approx([0.1, 0.05, 0.025])
 
 
 # ---- client-state store -----------------------------------------------------------------------------------------
@@ -360,7 +360,7 @@ def test_summary_reports_memory_and_scaffold_uploads_twice(tiny_cfg, tmp_path):
 ])
 def test_paper_experiment_presets_run_a_round_at_tiny_scale(experiment, extra, tmp_path):
     from conftest import compose
-    from helpers import write_fake_mnist
+    from conftest import write_fake_mnist
 
     write_fake_mnist(tmp_path / "data" / "FashionMNIST" / "raw", n_train=400, n_test=50)
     files = () if "synthetic" in experiment else ("dataset.system_dirs=[]",)  # fake FashionMNIST files only
@@ -377,7 +377,7 @@ def test_paper_experiment_presets_run_a_round_at_tiny_scale(experiment, extra, t
 @pytest.mark.parametrize("experiment", ["fedsrc_cifar10", "fedsrc_cifar10_small"])
 def test_fedsrc_cifar_presets_run_a_round_at_tiny_scale(experiment, tmp_path):
     from conftest import compose
-    from helpers import write_fake_cifar
+    from conftest import write_fake_cifar
 
     write_fake_cifar(tmp_path / "data", per_batch=40)
     cfg = compose(f"experiment={experiment}", "partition.num_clients=8", "rounds=1", "client.local_steps=1",
@@ -385,7 +385,7 @@ def test_fedsrc_cifar_presets_run_a_round_at_tiny_scale(experiment, tmp_path):
     sim = make_sim(cfg, tmp_path, tmp_path / "data")
     before = sim.x.clone()
     stats = sim.round(0)
-    assert torch.isfinite(sim.x).all() and not torch.equal(before, sim.x) and stats["p_entropy"] > 0
+    assert torch.isfinite(sim.x).all() and not torch.equal(before, sim.x) and stats.extra["p_entropy"] > 0
 
 
 @pytest.mark.parametrize("algo", [("algo=fedprox", "algo.mu=0.5"), ("algo=scaffold",)])

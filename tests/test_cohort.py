@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from conftest import TINY, compose
-from helpers import trained_sim
+from conftest import trained_sim
 
 from fedbench.errors import ConfigError
 
@@ -63,7 +63,7 @@ def test_vmap_round_statistics_match(tmp_path, algo):
     vec = trained_sim(compose(*TINY, "participation=straggler", f"algo={algo}", "engine.client_runner=vmap"),
                       tmp_path / "b")
     a, b = seq.round(cfg.rounds), vec.round(cfg.rounds)
-    assert a["completed"] == b["completed"] and a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-5)
+    assert a.completed == b.completed and a.train_loss == pytest.approx(b.train_loss, abs=1e-5)
 
 
 @pytest.mark.parametrize("overrides, why", [
@@ -85,7 +85,7 @@ def test_auto_picks_vmap_where_it_can_with_the_picked_runners_numbers(tmp_path, 
 
 
 def test_auto_keeps_convolutional_models_on_the_thin_runner(tmp_path):
-    from helpers import make_sim, write_fake_dataset
+    from conftest import make_sim, write_fake_dataset
 
     write_fake_dataset("fmnist", tmp_path / "data")
     cfg = compose("dataset=fmnist", "dataset.system_dirs=[]", "model=cnn_fmnist", "partition=iid",
@@ -97,9 +97,8 @@ def test_auto_keeps_convolutional_models_on_the_thin_runner(tmp_path):
 @pytest.mark.parametrize("layer, why", [(torch.nn.Dropout(0.5), "torch.nn.Dropout"),
                                         (torch.nn.BatchNorm1d(4, momentum=None), "cumulative")])
 def test_layers_the_cohort_runner_cannot_reproduce_are_named(layer, why):
-    from fedbench.algorithms.fedavg import FedAvg
-    from fedbench.engine.cohort import unsupported
-    from fedbench.engine.local import LocalModule
+    from fedbench.training.cohort import unsupported
+    from fedbench.training.local import LocalModule
     from fedbench.models import ZooModel
 
     class Net(ZooModel):
@@ -110,6 +109,25 @@ def test_layers_the_cohort_runner_cannot_reproduce_are_named(layer, why):
         def block_list(self):
             return [self.body]
 
-    algo = FedAvg.__new__(FedAvg)
     module = LocalModule(Net(), lr=0.1)
-    assert why in unsupported(algo, module, noise=False, trainer_augments=False)
+    assert why in unsupported(module, noise=False, trainer_augments=False)
+
+
+def test_an_algorithm_that_drives_its_runs_must_declare_it():
+    from fedbench.algorithms.base import Algorithm
+
+    with pytest.raises(TypeError, match="declare batchable = False"):
+        class Custom(Algorithm):
+            def client_update(self, trainer, rc, client, steps, x, payload):
+                return None
+    with pytest.raises(TypeError, match="affine_steps"):
+        class Hooked(Algorithm):
+            def step_hook(self, rc, client, x, payload):
+                return None
+
+    class Declared(Algorithm):
+        batchable = False
+
+        def step_hook(self, rc, client, x, payload):
+            return None
+    assert not Declared.batchable

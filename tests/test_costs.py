@@ -2,7 +2,7 @@
 
 import pytest
 
-from helpers import make_sim, participation_trace
+from conftest import make_sim, participation_trace
 
 K, B = 5, 16  # tiny run: local steps, batch size
 
@@ -16,7 +16,7 @@ def _two_rounds(tiny_cfg, tmp_path, *overrides):
 
 
 def _totals(stats):
-    return {k: sum(s[k] for s in stats) for k in ("grad_evals", "floats_up", "floats_down")}
+    return {k: sum(getattr(s, k) for s in stats) for k in ("grad_evals", "floats_up", "floats_down")}
 
 
 def test_fedavg_and_scaffold(tiny_cfg, tmp_path):
@@ -42,7 +42,7 @@ def test_fedamd(tiny_cfg, tmp_path):
             expected["grad_evals"] += int(sim.data.sizes[i]) if anchor else 2 * K * B
             expected["floats_down"] += d if anchor else 2 * d  # x (+ g~ for a miner)
             expected["floats_up"] += d  # v or Delta
-    assert sum(s["anchors"] for s in stats) and sum(s["miners"] for s in stats)  # both roles occur
+    assert sum(s.extra["anchors"] for s in stats) and sum(s.extra["miners"] for s in stats)  # both roles occur
     assert _totals(stats) == expected
     assert init == {"grad_evals": int(sim.data.sizes.sum()), "floats_up": 10 * d, "floats_down": 10 * d,
                     "bytes_up": 40 * d, "bytes_down": 40 * d}
@@ -70,6 +70,6 @@ def test_fedpage_partial_round(tiny_cfg, tmp_path):
     ids = participation_trace(sim, 2)[1].completed_ids
     full, partial = sim.round(0), sim.round(1)
     d, n = sim.dim, sim.data.sizes
-    assert full["completed"] == 10 and full["grad_evals"] == int(n.sum()) and full["floats_up"] == 10 * d
-    assert partial["grad_evals"] == sum(2 * int(n[i]) + 2 * K * B for i in ids)
-    assert partial["floats_down"] + partial["floats_up"] == pytest.approx(4 * d * ids.size)
+    assert full.completed == 10 and full.grad_evals == int(n.sum()) and full.floats_up == 10 * d
+    assert partial.grad_evals == sum(2 * int(n[i]) + 2 * K * B for i in ids)
+    assert partial.floats_down + partial.floats_up == pytest.approx(4 * d * ids.size)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from conftest import TINY, compose
-from helpers import trained_sim
-from test_resume import BASE, _run
+from conftest import trained_sim
+from conftest import BASE, run_resumable as _run
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

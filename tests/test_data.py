@@ -12,7 +12,7 @@ from fedbench.errors import DataUnavailableError
 from fedbench.rng import numpy_rng
 
 from conftest import compose
-from helpers import write_fake_mnist
+from conftest import write_fake_mnist
 
 
 def _part(**kw):

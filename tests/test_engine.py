@@ -8,7 +8,7 @@ from fedbench.algorithms import RoundContext
 from fedbench.models import build_model
 from fedbench.rng import torch_rng
 
-from helpers import make_sim
+from conftest import make_sim
 
 
 def test_flat_params_are_views(tiny_cfg, tmp_path):

@@ -11,7 +11,7 @@ from fedbench.algorithms.fedamd import bound_optimal_p
 from fedbench.participation.base import RoundParticipation
 from fedbench.rng import torch_rng
 
-from helpers import make_sim, participation_trace, trained_sim
+from conftest import make_sim, participation_trace, trained_sim
 
 FEDAMD = ("algo=fedamd",)
 
@@ -24,9 +24,9 @@ def test_miner_first_step_is_x_minus_lr_gbar(tiny_cfg, tmp_path):
         sim.initialize()
         x0, gbar = sim.x.clone(), sim.algo.gbar.clone()
         stats = sim.round(0)
-        assert stats["miners"] == 4 and stats["anchors"] == 0
+        assert stats.extra["miners"] == 4 and stats.extra["anchors"] == 0
         torch.testing.assert_close(sim.x, x0 - 0.1 * gbar, rtol=0, atol=tol)
-        assert stats["grad_evals"] == 4 * 16 * (1 if skip else 2)
+        assert stats.grad_evals == 4 * 16 * (1 if skip else 2)
 
 
 class _LinearCtx:
@@ -81,9 +81,9 @@ def test_all_anchors_never_move_the_model_and_refresh_the_cache(tiny_cfg, tmp_pa
     x0, gbar0 = sim.x.clone(), sim.algo.gbar.clone()
     for t, part in enumerate(participation_trace(sim, 3)):
         stats = sim.round(t)
-        assert stats["miners"] == 0 and stats["grad_evals"] == int(sim.data.sizes[part.completed_ids].sum())
+        assert stats.extra["miners"] == 0 and stats.grad_evals == int(sim.data.sizes[part.completed_ids].sum())
     assert torch.equal(sim.x, x0) and torch.equal(sim.algo.gbar, gbar0)  # gradients at the same x_0
-    assert np.isnan(stats["train_loss"])
+    assert np.isnan(stats.train_loss)
 
 
 def _sarah(sim, w, t, steps, lr, batch):
@@ -107,7 +107,7 @@ def test_one_client_sequential_tau2_is_sarah(tiny_cfg, tmp_path):
     sim.initialize()
     for t in (0, 2):
         expected = _sarah(sim, sim.x.clone(), t, 3, 0.1, 16)
-        assert sim.round(t)["anchors"] == 1 and sim.round(t + 1)["miners"] == 1
+        assert sim.round(t).extra["anchors"] == 1 and sim.round(t + 1).extra["miners"] == 1
         torch.testing.assert_close(sim.x, expected, rtol=0, atol=1e-5)
 
 
@@ -171,7 +171,7 @@ def test_fedpage_full_rounds_are_gradient_descent(tiny_cfg, tmp_path):
         grads = [f.loss_grad(x, data.x[data.offsets[i]:data.offsets[i + 1]], data.y[data.offsets[i]:data.offsets[i + 1]])[1]
                  for i in range(data.num_clients)]
         stats = sim.round(t)
-        assert stats["full_round"] == 1 and stats["completed"] == data.num_clients
+        assert stats.extra["full_round"] == 1 and stats.completed == data.num_clients
         torch.testing.assert_close(sim.x, x - 0.5 * torch.stack(grads).mean(0), rtol=0, atol=1e-6)
 
 
@@ -194,9 +194,9 @@ def test_bvr_inner_rounds_keep_the_cycle_clients_and_refresh(tiny_cfg, tmp_path)
     members = set(participation_trace(sim, 1)[0].completed_ids.tolist())
     n = {i: int(s) for i, s in enumerate(sim.data.sizes)}
     s0 = sim.round(0)
-    assert s0["sync_round"] == 1 and s0["grad_evals"] == sum(n[i] for i in members) + 2 * 5 * 16
+    assert s0.extra["sync_round"] == 1 and s0.grad_evals == sum(n[i] for i in members) + 2 * 5 * 16
     for t in (1, 2):
         stats = sim.round(t)
-        assert stats["sync_round"] == 0 and stats["completed"] == len(members)
-        assert stats["grad_evals"] == len(members) * 2 * 5 * 16 + 2 * 5 * 16  # refreshes + the chosen client's run
-    assert sim.round(3)["sync_round"] == 1
+        assert stats.extra["sync_round"] == 0 and stats.completed == len(members)
+        assert stats.grad_evals == len(members) * 2 * 5 * 16 + 2 * 5 * 16  # refreshes + the chosen client's run
+    assert sim.round(3).extra["sync_round"] == 1

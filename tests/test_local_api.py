@@ -11,13 +11,13 @@ import torch.nn.functional as F
 from conftest import compose
 from fedbench.algorithms import ALGORITHMS, AlgoContext, RoundContext, StepHook
 from fedbench.algorithms.gradma import WorkerQP, QPStats
-from fedbench.engine.local import LocalModule
-from fedbench.engine.runners import ThinRunner
-from fedbench.engine.step import LocalRun
+from fedbench.training.local import LocalModule
+from fedbench.training.runners import ThinRunner
+from fedbench.training.step import LocalRun
 from fedbench.models import MODELS, build_model
 from fedbench.records import Cost
 from fedbench.rng import torch_rng
-from helpers import make_sim, trained_sim
+from conftest import make_sim, trained_sim
 
 MLP = ("model=mlp", "model.hidden=[12,8]")
 NON_IID = ("partition=dirichlet", "partition.alpha=0.1", "partition.min_samples=5")
@@ -102,8 +102,8 @@ def test_gradma_worker_leaves_a_gradient_unchanged_when_no_constraint_is_violate
 
 
 def test_gradma_memory_never_exceeds_m_and_evicts_least_frequent_absent_first():
-    cls = ALGORITHMS.get_class("gradma_s")
-    algo = cls(cls.Config(memory_size=3), AlgoContext(4, 6, np.ones(6), torch.device("cpu"), 0))
+    cls = ALGORITHMS.get_class("gradma")
+    algo = cls(cls.Config(worker_qp=False, memory_size=3), AlgoContext(4, 6, np.ones(6), torch.device("cpu"), 0))
 
     def memory():
         return sorted(int(c) for c in algo.slot_client if c >= 0)
@@ -140,8 +140,8 @@ def test_gradma_counts_three_gradients_per_step(tiny_cfg, tmp_path):
     sim = make_sim(cfg, tmp_path)
     stats = sim.round(0)
     # S = 4 clients x 3 steps x 8 samples; steps 0 and 1 have x_{-1} = x_t (two distinct gradients), step 2 three
-    assert stats["grad_evals"] == 4 * 8 * (2 + 2 + 3)
-    assert stats["memory_entries"] == 4 and stats["qp_worker_fallbacks"] == 0
+    assert stats.grad_evals == 4 * 8 * (2 + 2 + 3)
+    assert stats.extra["memory_entries"] == 4 and stats.extra["qp_worker_fallbacks"] == 0
 
 
 # ---- MOON and FedMLB against hand-written references --------------------------------------------------------
@@ -259,7 +259,7 @@ def test_mimelite_counts_its_full_batch_gradients_and_uploads_them(tiny_cfg, tmp
     part = make_sim(tiny_cfg(*MLP, "algo=mimelite"), tmp_path / "ref").participation.round(0)
     stats = sim.round(0)
     full = int(sim.data.sizes[part.completed_ids].sum())
-    assert stats["grad_evals"] == 4 * 5 * 16 + full
+    assert stats.grad_evals == 4 * 5 * 16 + full
     fedavg = make_sim(tiny_cfg(*MLP), tmp_path / "avg")
     fedavg.round(0)
     assert sim.trainer.cost.bytes_up == 2 * fedavg.trainer.cost.bytes_up

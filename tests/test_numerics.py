@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from conftest import TINY, compose
-from helpers import make_sim, trained_sim
+from conftest import make_sim, trained_sim
 
 from fedbench.errors import ConfigError
 

@@ -2,13 +2,12 @@
 line sweeps, and every ``_small`` twin runs end to end (a few rounds at tiny scale on files the test writes)."""
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import ROOT, compose
-from helpers import make_sim, write_fake_cifar, write_fake_mnist
+from conftest import check_evaluation, make_sim, write_fake_cifar, write_fake_mnist
 
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml") if p.stem != "smoke")
 
@@ -59,4 +58,4 @@ def test_small_twins_run_end_to_end_at_tiny_scale(name, tmp_path):
     for t in range(2):
         sim.round(t)
     assert torch.isfinite(sim.x).all() and not torch.equal(before, sim.x)
-    assert sim.evaluate()[1] >= 0
+    check_evaluation(sim)

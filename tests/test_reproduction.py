@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import compose
-from helpers import trained_sim
+from conftest import trained_sim
 
 SETUP = ("dataset=fmnist", "partition=classes_per_client", "partition.num_clients=20", "partition.scheme=mimic",
          "model=logreg", "participation=bernoulli_levels", "rounds=40", "client.local_steps=5", "client.lr=0.05")
@@ -51,7 +51,7 @@ def test_gradma_benchmark_script_runs(tmp_path):
 def test_fedamd_fmnist_preset_costs_follow_the_papers_table2_conventions(tmp_path):
     """FedAMD note §4.3 on the real preset (d = 44,426, n = 600, K b' = 640, A = 20): an anchor costs n gradient
     evaluations and 2d floats, a miner 2 K b' and 3d; the cache initialization (N n, N d each way) is apart."""
-    from helpers import make_sim
+    from conftest import make_sim
 
     sim = make_sim(compose("experiment=fedamd_fmnist", "rounds=3"), tmp_path, tmp_path / "data")
     d = sim.dim
@@ -60,9 +60,9 @@ def test_fedamd_fmnist_preset_costs_follow_the_papers_table2_conventions(tmp_pat
                                 "bytes_up": 400 * d, "bytes_down": 400 * d}
     for t in range(3):
         s = sim.round(t)
-        assert s["anchors"] + s["miners"] == 20 and s["anchor_p"] == pytest.approx((2 / 22) ** (1 / 20))
-        assert s["grad_evals"] == s["anchors"] * 600 + s["miners"] * 2 * 640
-        assert (s["floats_up"], s["floats_down"]) == (20 * d, (20 + s["miners"]) * d)
+        assert s.extra["anchors"] + s.extra["miners"] == 20 and s.extra["anchor_p"] == pytest.approx((2 / 22) ** (1 / 20))
+        assert s.grad_evals == s.extra["anchors"] * 600 + s.extra["miners"] * 2 * 640
+        assert (s.floats_up, s.floats_down) == (20 * d, (20 + s.extra["miners"]) * d)
 
 
 @pytest.mark.slow
@@ -72,7 +72,7 @@ def test_fedsrc_synthetic_small_samplers_train_and_pay_their_oracle_costs(tmp_pa
     oracle rules pay for what they ask each round (FedSRC-D: every client's full gradient, n in all; FedSRC-G:
     every client's K-step run, K n) on top of the selected clients' K n_i. The ordering of the samplers is not
     asserted: the measured table is in the README (issue 11)."""
-    from helpers import make_sim
+    from conftest import make_sim
 
     extra_per_round = {"uniform": lambda n: 0, "md": lambda n: 0, "fedsrc_d_oracle": lambda n: n,
                        "fedsrc_g_oracle": lambda n: 5 * n}
@@ -87,6 +87,6 @@ def test_fedsrc_synthetic_small_samplers_train_and_pay_their_oracle_costs(tmp_pa
                 stats = sim.round(t)
                 part = sim.participation.last
                 trained = 5 * int(sim.data.sizes[part.completed_ids].sum())
-                assert stats["grad_evals"] == trained + extra(n), (rule, t)
+                assert stats.grad_evals == trained + extra(n), (rule, t)
             final = sim.evaluate_train()[0]
             assert final < start / 2, (rule, seed, start, final)

@@ -1,7 +1,6 @@
 """Exact resume: R rounds + checkpoint + resume + R rounds equals 2R uninterrupted rounds, for stateful algorithms
 and participation processes; a run killed between checkpoints resumes to the same end; statuses and strict JSON."""
 
-import csv
 import json
 import os
 import signal
@@ -13,39 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, TINY, compose
+from conftest import BASE, R, ROOT, TINY, _rows, compose, run_resumable
 
 from fedbench.checkpoint import Checkpointer, pack, unpack
-from fedbench.engine.client_state import ClientStateStore
+from fedbench.training.client_state import ClientStateStore
 from fedbench.engine.simulation import RunControl, Simulation
 from fedbench.logging import RunLogger
 from fedbench.logging.run_logger import plain_config
-
-R = 4
-BASE = (*[o for o in TINY if not o.startswith("rounds=")], f"rounds={2 * R}", "eval_every=2", "logger=csv",
-        "checkpoint_every=1")
-
-
-def _rows(path):
-    with open(path) as f:
-        return [{k: v for k, v in r.items() if k != "wall_time"} for r in csv.DictReader(f)]
-
-
-def _run(cfg, run_dir, data, stop_at=None, resume=False):
-    """Run ``cfg`` in ``run_dir`` (continuing its latest checkpoint when ``resume``); stop after ``stop_at``."""
-    sim = Simulation(cfg, run_dir, data, resume=resume)
-    ckpt = None
-    if resume:
-        _, ckpt = Checkpointer(run_dir).latest()
-        sim.load_state_dict(ckpt)
-    logger = RunLogger(run_dir, cfg, resume_round=None if ckpt is None else ckpt["round"])
-    stop = (lambda: "SIGTERM" if sim.next_round == stop_at else None) if stop_at else (lambda: None)
-    summary = sim.run(logger, RunControl(Checkpointer(run_dir, cfg.checkpoint_keep),
-                                         json.dumps(plain_config(cfg)), stop))
-    logger.write_summary(summary)
-    logger.finish()
-    return sim, summary
-
 
 CASES = [
     ("algo=fedavg", "participation=markov"),
@@ -70,10 +43,10 @@ def test_resume_equals_uninterrupted(tmp_path, overrides):
                                                                             for x in overrides))]
     cfg = compose(*base, *overrides)
     data = tmp_path / "data"
-    full, full_summary = _run(cfg, tmp_path / "full", data)
-    part, first = _run(cfg, tmp_path / "part", data, stop_at=R)
+    full, full_summary = run_resumable(cfg, tmp_path / "full", data)
+    part, first = run_resumable(cfg, tmp_path / "part", data, stop_at=R)
     assert first["status"] == "interrupted" and first["rounds"] == R
-    resumed, summary = _run(cfg, tmp_path / "part", data, resume=True)
+    resumed, summary = run_resumable(cfg, tmp_path / "part", data, resume=True)
     assert summary["status"] == "completed" and summary["rounds"] == 2 * R
     assert torch.equal(resumed.x, full.x)
     assert torch.equal(resumed.buffers, full.buffers)
@@ -111,15 +84,15 @@ def test_memmap_tables_roll_back_to_the_latest_checkpoint(tmp_path):
 def test_memmap_resume_equals_uninterrupted(tmp_path):
     cfg = compose(*BASE, "algo=mifa", "participation=markov", "engine.client_state=memmap")
     data = tmp_path / "data"
-    full, _ = _run(cfg, tmp_path / "full", data)
-    _run(cfg, tmp_path / "part", data, stop_at=R)
-    resumed, _ = _run(cfg, tmp_path / "part", data, resume=True)
+    full, _ = run_resumable(cfg, tmp_path / "full", data)
+    run_resumable(cfg, tmp_path / "part", data, stop_at=R)
+    resumed, _ = run_resumable(cfg, tmp_path / "part", data, resume=True)
     assert torch.equal(resumed.x, full.x)
 
 
 def test_checkpoint_is_weights_only_and_keeps_the_newest(tmp_path):
     cfg = compose(*BASE)
-    _run(cfg, tmp_path / "run", tmp_path / "data")
+    run_resumable(cfg, tmp_path / "run", tmp_path / "data")
     ckpts = Checkpointer(tmp_path / "run").paths()
     assert [r for r, _ in ckpts] == [2 * R - 1, 2 * R]  # checkpoint_keep=2
     raw = torch.load(ckpts[-1][1], weights_only=True)  # no code can run while loading
@@ -152,7 +125,7 @@ def _wait_for_round(run_dir, r, proc, timeout=120):
 
 
 @pytest.mark.slow
-def test_sigterm_sigint_sigkill_then_resume_equal_an_uninterrupted_run(tmp_path):
+def test_sigterm_sigint_sigkill_then_resume_equal_an_uninterruptedrun_resumable(tmp_path):
     data = f"data.root={tmp_path / 'data'}"
     full = _cli([*SLOW_RUN, data, f"hydra.run.dir={tmp_path / 'full'}"], tmp_path)
     assert full.wait(300) == 0, full.communicate()
@@ -199,7 +172,7 @@ def test_resume_refuses_another_config_naming_the_keys(tmp_path):
 
 def test_divergence_stops_with_status_and_strict_json(tmp_path):
     cfg = compose(*TINY, "client.lr=1e6", "rounds=20", "eval_every=5")
-    sim, summary = _run(cfg, tmp_path / "run", tmp_path / "data")
+    sim, summary = run_resumable(cfg, tmp_path / "run", tmp_path / "data")
     assert summary["status"] == "diverged" and summary["rounds"] < 20, summary
     text = (tmp_path / "run" / "summary.json").read_text()
     json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
@@ -209,7 +182,7 @@ def test_divergence_stops_with_status_and_strict_json(tmp_path):
 def test_rounds_with_nobody_completing_are_counted(tmp_path):
     cfg = compose(*[o for o in TINY if not o.startswith("participation.")], "participation=bernoulli",
                   "participation.availability.prob=0.05", "participation.first_round_full=false")
-    _, summary = _run(cfg, tmp_path / "run", tmp_path / "data")
+    _, summary = run_resumable(cfg, tmp_path / "run", tmp_path / "data")
     assert summary["empty_rounds"] > 0 and summary["status"] == "completed"
 
 
@@ -218,8 +191,8 @@ def test_resume_true_finds_the_latest_run_of_the_same_config_under_outputs(tmp_p
 
     outputs = tmp_path / "outputs"
     cfg = compose(*BASE, "resume=true")
-    _run(cfg, outputs / "runs" / "d" / "old", tmp_path / "data", stop_at=R)
-    _run(compose(*BASE, "seed=1"), outputs / "runs" / "d" / "other", tmp_path / "data", stop_at=R)
+    run_resumable(cfg, outputs / "runs" / "d" / "old", tmp_path / "data", stop_at=R)
+    run_resumable(compose(*BASE, "seed=1"), outputs / "runs" / "d" / "other", tmp_path / "data", stop_at=R)
     found = plan(cfg, outputs / "runs" / "d" / "new", outputs)
     assert found.run_dir == outputs / "runs" / "d" / "old" and found.checkpoint["round"] == R
     fresh = plan(compose(*BASE, "resume=true", "seed=2"), outputs / "runs" / "d" / "new2", outputs)

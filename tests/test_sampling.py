@@ -13,7 +13,7 @@ from fedbench.participation import LayerContext, ParticipationProcess
 from fedbench.participation.cluster import fill
 from fedbench.participation.fedsrc import FedSRCD, FedSRCG
 from fedbench.participation.sampling import capped_inclusion, systematic
-from helpers import make_sim
+from conftest import make_sim
 
 SIZES = np.array([5, 10, 15, 20, 25, 30, 35, 40, 10, 10, 20, 60])
 
@@ -346,15 +346,15 @@ def test_fedsrc_g_oracle_asks_every_client_and_trains_the_same_run(tiny_cfg, tmp
         first.setdefault(i, delta)
     assert all(torch.equal(delta, asked[i].delta) for i, delta in first.items())  # the same batches and masks
     steps = sim.cfg.client.local_steps * sim.cfg.client.batch_size
-    assert stats["grad_evals"] == (10 + 3) * steps
-    assert stats["floats_up"] == 3 * sim.dim + 10  # the three updates, one norm from every client
+    assert stats.grad_evals == (10 + 3) * steps
+    assert stats.floats_up == 3 * sim.dim + 10  # the three updates, one norm from every client
     norms = np.array([float(asked[i].delta.norm()) for i in range(10)]) * sim.data.sizes
     np.testing.assert_allclose(sim.participation.selection.p, norms / norms.sum(), rtol=1e-6)
 
 
 def test_fedsrc_d_oracle_in_the_engine_matches_the_closed_form(tiny_cfg, tmp_path):
     """Full-batch steps (sigma_i^2 is the injected noise d s_i^2 exactly) and zeta_i from gradients computed here."""
-    from fedbench.engine.simulation import noise_levels
+    from fedbench.engine.stack import noise_levels
 
     cfg = tiny_cfg("participation=adaptive", "participation/selection=fedsrc_d", "participation.selection.mode=oracle",
                    "participation.selection.clients_per_round=4", "client.batch_size=1000", "client.grad_noise=0.05")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import TINY, compose
-from helpers import make_sim, trained_sim
+from conftest import make_sim, trained_sim
 
 from fedbench.errors import ConfigError
 
@@ -32,7 +32,7 @@ def test_workers_equal_the_one_process_thin_runner(tmp_path, overrides):
         close = (lambda a, b: torch.allclose(a, b, atol=1e-6, rtol=0)) if hooked else torch.equal
         assert close(one.x, many.x) and close(one.buffers, many.buffers), float((one.x - many.x).abs().max())
         assert one.trainer.cost.totals() == many.trainer.cost.totals()
-        assert one.round(4)["train_loss"] == pytest.approx(many.round(4)["train_loss"], abs=1e-6)
+        assert one.round(4).train_loss == pytest.approx(many.round(4).train_loss, abs=1e-6)
     finally:
         many.close()
 

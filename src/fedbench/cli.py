@@ -29,14 +29,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from fedbench.config import register_configs
+from fedbench.config import CONF_DIR, group_options, groups, register_configs
 from fedbench.errors import FedbenchError
 
 # conf/hydra/launcher/{joblib,ray}.yaml spell a plugin's config out under the plugin's own name, which Hydra warns
 # about in every process that composes (launcher workers import this module too)
 warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/\w+' is validated against ConfigStore schema")
 
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 CONFIG_NAME = "config"
 _SKIP_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc",
                "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--resolve", "-p", "--package"}
@@ -49,18 +48,11 @@ def _compose(overrides: List[str], hydra_node: bool = False) -> DictConfig:
 
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
             cfg = compose(config_name=CONFIG_NAME, overrides=overrides, return_hydra_config=hydra_node)
     finally:
         GlobalHydra.instance().clear()
     return apply_presets(cfg, user_keys(overrides))
-
-
-def _groups() -> List[str]:
-    """Config groups: the folders under conf/ (``participation/selection`` ...)."""
-    base = Path(CONF_DIR)
-    return sorted(str(d.relative_to(base)) for d in base.rglob("*") if d.is_dir() and d.name != "hydra"
-                  and "hydra" not in d.relative_to(base).parts)
 
 
 def _override_problem(ov: Any, groups: List[str]) -> Optional[str]:
@@ -78,7 +70,7 @@ def _override_problem(ov: Any, groups: List[str]) -> Optional[str]:
     if group in groups and not ov.is_delete():
         if "/" not in key and "." in key:
             return None
-        options = sorted(f.stem for f in (Path(CONF_DIR) / group).glob("*.yaml"))
+        options = group_options(group, USER_DIRS)
         values = list(ov.sweep_string_iterator()) if ov.is_sweep_override() else [ov.value()]
         for v in values:
             if not isinstance(v, str) or v not in options:
@@ -221,9 +213,9 @@ def preflight(args: List[str]) -> Optional[str]:
         variants = _expand(overrides)
     except Exception as exc:  # a syntax error in an override
         return _friendly(exc, [])
-    groups = _groups()
+    known = groups()
     for ov in parsed:
-        problem = _override_problem(ov, groups)
+        problem = _override_problem(ov, known)
         if problem:
             return problem
     hydra_args = [o for o in overrides if o.lstrip("+").startswith("hydra")]
@@ -314,17 +306,17 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         reason = f"{stop} (second signal) during round {sim.next_round + 1 if sim else 0}; resume=true restarts " \
                  "from the latest checkpoint"
         if logger is not None:
-            logger.write_summary(sim.summary(sim.elapsed, "interrupted", reason))
+            logger.write_summary(sim.summary("interrupted", reason))
         print(f"fedbench: stopped at once: {reason}", file=sys.stderr, flush=True)
         raise SystemExit(128 + stop.signum) from None
     except FedbenchError as exc:
-        _write_failure(run_dir, cfg, str(exc), sim.summary(sim.elapsed) if logger is not None else None)
+        _write_failure(run_dir, cfg, str(exc), sim.summary() if logger is not None else None)
         if not multirun:
             fail(str(exc))
         print(f"fedbench: error: job {run_dir.name}: {exc}", file=sys.stderr, flush=True)
     except Exception as exc:  # a bug or a runtime failure: recorded with its traceback, the sweep goes on
         reason = f"{type(exc).__name__}: {exc}"
-        _write_failure(run_dir, cfg, reason, sim.summary(sim.elapsed) if logger is not None else None)
+        _write_failure(run_dir, cfg, reason, sim.summary() if logger is not None else None)
         trace = run_dir / "error.log"
         try:
             trace.write_text(traceback.format_exc())
@@ -374,11 +366,37 @@ class SweepTable(Callback):
 SWEEP_FAILED: list = []
 
 
+#: The user's config folders (``--config-dir``), searched after the package's own configs.
+USER_DIRS: List[Path] = []
+
+
+def _user_config_dirs(args: List[str]) -> List[str]:
+    """``args`` with ``--config-dir DIR`` / ``-cd DIR`` turned into ``hydra.searchpath=[file://DIR]``, so that the
+    preflight checks and the jobs see the user's presets (added to the package's, not replacing them)."""
+    out, i = [], 0
+    while i < len(args):
+        a = args[i]
+        if a in ("--config-dir", "-cd") and i + 1 < len(args):
+            USER_DIRS.append(Path(args[i + 1]).resolve())
+            i += 2
+            continue
+        if a.startswith(("--config-dir=", "-cd=")):
+            USER_DIRS.append(Path(a.split("=", 1)[1]).resolve())
+        else:
+            out.append(a)
+        i += 1
+    if USER_DIRS:
+        out.append("hydra.searchpath=[" + ",".join(f"file://{d}" for d in USER_DIRS) + "]")
+    return out
+
+
 def main() -> None:
+    """The ``fedbench`` command (and ``run.py``): check every override, then run the Hydra app."""
     register_configs()
+    sys.argv[1:] = _user_config_dirs(sys.argv[1:])
     # ``+group=x`` (Hydra's "append" form) for a group of the primary defaults list (a conf/ folder) is ``group=x``
-    groups = {p.name for p in Path(CONF_DIR).iterdir() if p.is_dir()} - {"hydra"}
-    sys.argv[1:] = [a[1:] if a.startswith("+") and a[1:].split("=")[0] in groups else a for a in sys.argv[1:]]
+    top = {g for g in groups() if "/" not in g}
+    sys.argv[1:] = [a[1:] if a.startswith("+") and a[1:].split("=")[0] in top else a for a in sys.argv[1:]]
     try:
         message = preflight(sys.argv[1:])
     except KeyboardInterrupt:
@@ -386,7 +404,7 @@ def main() -> None:
         raise SystemExit(130) from None
     if message:
         fail(message)
-    hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=CONFIG_NAME)(run_job)()
+    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=CONFIG_NAME)(run_job)()
     if SWEEP_FAILED:
         print(f"fedbench: error: {len(SWEEP_FAILED)} job(s) failed: {', '.join(SWEEP_FAILED)}", file=sys.stderr)
         raise SystemExit(1)

@@ -64,7 +64,7 @@ class StepHook:
 
     Each local step: ``loss(ctx)`` returns the minibatch objective to differentiate (default: the cross-entropy
     ``ctx.loss()``); after backward, ``grad(ctx)`` may replace the gradient (``ctx.grad()`` / ``ctx.set_grad``)
-    before the optimizer step. ``ctx`` (``fedbench.engine.step.StepContext``) carries the batch, the step index,
+    before the optimizer step. ``ctx`` (``fedbench.training.step.StepContext``) carries the batch, the step index,
     the start point, the current point and helpers that evaluate the model at any flat parameter vector on the same
     batch (``grad_at``, ``features_at``, ``blocks_at``). Both client runners call these two methods identically.
     """

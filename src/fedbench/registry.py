@@ -17,6 +17,8 @@ class Registry(Dict[str, type]):
             if name in self:
                 raise ValueError(f"{self.what} '{name}' registered twice")
             cls.name = name  # type: ignore[attr-defined]
+            if "Config" in vars(cls):  # the Config beside it: its kind and name default to this name
+                cls.Config.registered_as = name  # type: ignore[attr-defined]
             self[name] = cls  # type: ignore[assignment]
             return cls
 

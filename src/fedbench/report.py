@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import yaml
 
-from fedbench.config import flatten
+from fedbench.tree import flatten
 
 #: config keys that never separate groups: the seed, and what only changes where or how a run is logged
 IGNORED = ("seed", "data.seed", "data.root", "data.cache", "logger.*", "resume", "checkpoint_every",

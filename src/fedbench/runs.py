@@ -12,7 +12,7 @@ import yaml
 from omegaconf import DictConfig
 
 from fedbench.checkpoint import Checkpointer
-from fedbench.config import flatten
+from fedbench.tree import flatten
 from fedbench.errors import FedbenchError
 from fedbench.logging.run_logger import plain_config
 

@@ -11,7 +11,7 @@ Baselines of §1.6 (experimental variant, note §6.14), after warm-up:
 the current model and their deltas are averaged (eta = 1); the P - 1 rounds in between only wait.
 ``wait_full``: the same with each local step on the client's whole local dataset.
 Both train at ``warmup_lr`` after warm-up too (the paper's wait-* runs use eta = 1 and gamma = the warm-up learning
-rate, note §6.14); they are also the algorithms ``wait_minibatch`` and ``wait_full``, so one sweep compares them.
+rate, note §6.14); the presets ``algo=wait_minibatch`` and ``algo=wait_full`` set ``mode``, so one sweep compares them.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ class Mode(Enum):
 
 @ALGORITHMS.register("amplified_fedavg")
 class AmplifiedFedAvg(Algorithm):
+    server_optimizers = False  # its server update is its own recursion
     @dataclass
     class Config(AlgoConfig):
         """``server_lr`` scales every round's step (and so the window sum u); 1 is the paper's."""
 
-        name: str = "amplified_fedavg"
         aggregation: Aggregation = Aggregation.normalized
         eta: float = 10.0
         period: int = 500
@@ -89,25 +89,3 @@ class AmplifiedFedAvg(Algorithm):
         if self._window_end(rc.round):
             x.add_(self.u, alpha=self.cfg.eta - 1.0)
             self.u.zero_()
-
-
-@ALGORITHMS.register("wait_minibatch")
-class WaitMinibatch(AmplifiedFedAvg):
-    """The wait-minibatch baseline: ``amplified_fedavg`` with ``mode=wait_minibatch`` (eta unused)."""
-
-    @dataclass
-    class Config(AmplifiedFedAvg.Config):
-        name: str = "wait_minibatch"
-        eta: float = 1.0
-        mode: Mode = Mode.wait_minibatch
-
-
-@ALGORITHMS.register("wait_full")
-class WaitFull(AmplifiedFedAvg):
-    """The wait-full baseline: ``amplified_fedavg`` with ``mode=wait_full`` (eta unused)."""
-
-    @dataclass
-    class Config(AmplifiedFedAvg.Config):
-        name: str = "wait_full"
-        eta: float = 1.0
-        mode: Mode = Mode.wait_full

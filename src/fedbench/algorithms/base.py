@@ -16,10 +16,10 @@ Per round the engine calls, in order::
 ``rc`` (``RoundContext``, ``fedbench.records``) carries the participation of the round: selected and completed
 clients, their expected counts (inclusion probabilities) and local steps, the round's client learning rate, the
 aggregate ``rc.acc`` and the round's temporaries ``rc.scratch``. Inside local training, ``step_hook`` returns a
-``StepHook`` that sets each step's objective and may replace its gradient (see ``fedbench.engine.step``). Typed
+``StepHook`` that sets each step's objective and may replace its gradient (see ``fedbench.training.step``). Typed
 options extend ``AlgoConfig`` (weighting, aggregation, server_lr are common to all). State that must survive
 a checkpoint is declared: server vectors with ``declare``, per-client vectors with ``declare_table`` (rows in the
-shared client-state store, ``fedbench.engine.client_state``). Costs are counted by the engine: gradients by the
+shared client-state store, ``fedbench.training.client_state``). Costs are counted by the engine: gradients by the
 trainer, communication for x, the payload and ``ClientUpdate.uploads()``; an exchange outside that flow (in
 ``initialize`` or ``after_clients``) counts what it sends with ``trainer.cost.download`` / ``upload``.
 """
@@ -33,12 +33,14 @@ from typing import TYPE_CHECKING, Any, Dict, Optional
 import numpy as np
 import torch
 
-from fedbench.engine.client_state import ClientStateStore, ClientTable
+from fedbench.training.client_state import ClientStateStore, ClientTable
+from fedbench.algorithms.server_optimizer import ServerOptimizer, ServerStep
+from fedbench.errors import ConfigError
 from fedbench.records import ClientUpdate, RoundContext, StepHook
 from fedbench.registry import Registry
 
 if TYPE_CHECKING:
-    from fedbench.engine.trainer import ClientTrainer
+    from fedbench.training.trainer import ClientTrainer
 
 ALGORITHMS = Registry("algorithm")
 
@@ -55,12 +57,25 @@ class Aggregation(Enum):
 
 @dataclass
 class AlgoConfig:
-    """The keys every algorithm accepts; an algorithm's ``Config`` extends this (and may change the defaults)."""
+    """The keys every algorithm accepts; an algorithm's ``Config`` extends this (and may change the defaults).
 
-    name: str = "fedavg"
+    ``kind`` is the registered implementation and ``name`` the run's label (the preset's name: ``fedavgm`` is
+    ``kind: fedavg`` with ``server_optimizer: momentum``); both default to the name the class is registered under.
+    """
+
+    name: str = ""
+    kind: str = ""
     weighting: Weighting = Weighting.uniform
     aggregation: Aggregation = Aggregation.unbiased
     server_lr: float = 1.0
+    server_optimizer: ServerOptimizer = ServerOptimizer.sgd  # fedbench.algorithms.server_optimizer (Reddi et al.)
+    server_momentum: float = 0.9  # beta1 of momentum / adam / yogi / adagrad
+    server_beta2: float = 0.99  # adam / yogi
+    server_tau: float = 1e-3  # adam / yogi / adagrad: adaptivity (v starts at tau^2)
+
+    def __post_init__(self):
+        self.kind = self.kind or getattr(type(self), "registered_as", "")
+        self.name = self.name or self.kind
 
 
 @dataclass
@@ -80,8 +95,23 @@ class Algorithm:
 
     name: str
     Config: type
+    # What the algorithm declares to the engine (checked against its methods when the class is defined):
     plain_sgd = False  # True: local steps follow the algorithm's own recursion; client momentum/decay are refused
     affine_steps = False  # True: its step hooks are affine in the gradient (``StepHook.affine``): vmap batches them
+    server_optimizers = True  # its server step is ``server_step`` on a pseudo-gradient: any server_optimizer
+    batchable = True  # its local runs are (client, steps, local_options, affine hook) entries: the vmap cohort
+    #                   runner and worker processes can run them; False for algorithms that drive the trainer
+    #                   themselves (own client_update / after_clients) or shape steps with non-affine hooks
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own_runs = cls.client_update is not Algorithm.client_update or cls.after_clients is not Algorithm.after_clients
+        hooked = cls.step_hook is not Algorithm.step_hook and not cls.affine_steps
+        if cls.batchable and (own_runs or hooked):
+            raise TypeError(f"{cls.__name__} declares batchable = True but "
+                            + ("overrides client_update / after_clients" if own_runs else
+                               "shapes its steps with a step_hook without declaring affine_steps")
+                            + ": declare batchable = False")
 
     def __init__(self, cfg: Any, ctx: AlgoContext):
         self.cfg = cfg
@@ -93,6 +123,11 @@ class Algorithm:
         sizes = ctx.sizes.astype(np.float64)
         self.p = sizes / sizes.sum() if Weighting(cfg.weighting) == Weighting.samples else \
             np.full(ctx.num_clients, 1.0 / ctx.num_clients)
+        if not type(self).server_optimizers and ServerOptimizer(cfg.server_optimizer) != ServerOptimizer.sgd:
+            raise ConfigError("algo.server_optimizer", f"{ServerOptimizer(cfg.server_optimizer).value} with "
+                              f"algo={cfg.name}, whose server update is its own recursion, not a step on a "
+                              "pseudo-gradient.", "use server_optimizer=sgd.")
+        self.server_step = ServerStep(cfg, ctx.dim, ctx.device, self.declare)
 
     # ---- declared state -------------------------------------------------------------------------------------
     def declare(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
@@ -194,7 +229,7 @@ class Algorithm:
                       x: torch.Tensor, payload: Dict[str, torch.Tensor]) -> ClientUpdate:
         """One client's local run from x: ``step_hook`` shapes its steps, ``local_options`` its learning rate and
         batch size, ``finish_update`` its upload. Algorithms that keep to these three run under every client
-        runner, the vmap cohort runner included (``fedbench.engine.cohort``)."""
+        runner, the vmap cohort runner included (``fedbench.training.cohort``)."""
         update = trainer.train(rc, client, steps, x, self.step_hook(rc, client, x, payload),
                                **self.local_options(rc, client))
         return self.finish_update(trainer, rc, client, x, update)
@@ -209,7 +244,8 @@ class Algorithm:
         return []
 
     def server_update(self, rc: RoundContext, x: torch.Tensor) -> None:
-        x.add_(rc.acc, alpha=self.cfg.server_lr)
+        """x <- x + step(Delta_t) with the round's aggregate Delta_t = ``rc.acc`` (``server_optimizer``)."""
+        self.server_step(x, rc.acc)
 
     def round_stats(self, rc: RoundContext) -> Dict[str, float]:
         """Diagnostics of the round for ``rounds.csv`` and W&B ``round/*`` (the same keys every round)."""

@@ -38,11 +38,12 @@ class Refresh(Enum):
 
 @ALGORITHMS.register("bvr_l_sgd")
 class BVRLSGD(Algorithm):
+    batchable = False
     plain_sgd = True
+    server_optimizers = False  # its server update is its own recursion
 
     @dataclass
     class Config(AlgoConfig):
-        name: str = "bvr_l_sgd"
         aggregation: Aggregation = Aggregation.normalized
         inner_rounds: int = 0  # R, rounds per cycle; 0 = ceil(1 + n/(K b'))
         refresh: Refresh = Refresh.paper

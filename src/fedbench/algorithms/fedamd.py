@@ -64,11 +64,12 @@ def bound_optimal_p(a: int, m: int) -> float:
 
 @ALGORITHMS.register("fedamd")
 class FedAMD(Algorithm):
+    batchable = False
     plain_sgd = True
+    server_optimizers = False  # its server update is its own recursion
 
     @dataclass
     class Config(AlgoConfig):
-        name: str = "fedamd"
         aggregation: Aggregation = Aggregation.normalized  # the paper's mean over the nu miners
         schedule: Schedule = Schedule.constant
         p: str = "auto"  # constant schedule: a probability, auto (Cor. 4.9) or bound (Thm 4.8 minimizer)

@@ -15,4 +15,4 @@ from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 class FedAvg(Algorithm):
     @dataclass
     class Config(AlgoConfig):
-        name: str = "fedavg"
+        """FedAvg takes the common keys only (weighting, aggregation, server_lr, server_optimizer)."""

@@ -40,7 +40,6 @@ class FedDyn(Algorithm):
     affine_steps = True
     @dataclass
     class Config(AlgoConfig):
-        name: str = "feddyn"
         alpha: float = 0.01
         dynamic: bool = True
 

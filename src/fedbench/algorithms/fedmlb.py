@@ -1,5 +1,5 @@
-"""FedMLB (Kim, Kim & Han, ICML 2022): multi-level branched regularisation, FedAvg aggregation (``fedmlb_m``:
-FedAvgM's).
+"""FedMLB (Kim, Kim & Han, ICML 2022): multi-level branched regularisation, FedAvg aggregation (``fedmlb_m``: the
+preset with ``server_optimizer=momentum``, FedAvgM's server step).
 
 The model is split into blocks (``ZooModel.blocks``; B blocks, the classifier last). For each level l = 1..B-1 a
 hybrid path feeds the local model's level-l output h_l through the *global* model's blocks l+1..B (frozen: x_t,
@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
-from fedbench.algorithms.fedavgm import FedAvgM
 from fedbench.errors import require
 from fedbench.records import StepHook
 
@@ -60,19 +59,10 @@ class Branched:
 
 @ALGORITHMS.register("fedmlb")
 class FedMLB(Branched, Algorithm):
+    batchable = False
+
     @dataclass
     class Config(AlgoConfig):
-        name: str = "fedmlb"
-        lambda1: float = 1.0
-        lambda2: float = 1.0
-        temperature: float = 1.0
-
-
-@ALGORITHMS.register("fedmlb_m")
-class FedMLBM(Branched, FedAvgM):
-    @dataclass
-    class Config(FedAvgM.Config):
-        name: str = "fedmlb_m"
         lambda1: float = 1.0
         lambda2: float = 1.0
         temperature: float = 1.0

@@ -30,11 +30,12 @@ from fedbench.rng import numpy_rng
 
 @ALGORITHMS.register("fedpage")
 class FedPAGE(Algorithm):
+    batchable = False
     plain_sgd = True
+    server_optimizers = False  # its server update is its own recursion
 
     @dataclass
     class Config(AlgoConfig):
-        name: str = "fedpage"
         p_page: float = 0.5  # probability of a full round (FedAMD's FMNIST code: 0.5, EMNIST code: 0.2)
         carry_server_lr: bool = False  # official code: the recursion carries eta_s d_t
 

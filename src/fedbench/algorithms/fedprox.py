@@ -30,7 +30,8 @@ class ProxHook(StepHook):
 
 
 class Proximal:
-    """Mixin: the proximal local objective, on top of any server rule (FedAvg here, FedAvgM in ``fedprox_m``)."""
+    """Mixin: the proximal local objective, on top of any server rule (any ``server_optimizer``: ``fedprox_m`` is
+    the preset with momentum)."""
 
     affine_steps = True
 
@@ -46,5 +47,4 @@ class Proximal:
 class FedProx(Proximal, Algorithm):
     @dataclass
     class Config(FedAvg.Config):
-        name: str = "fedprox"
         mu: float = 0.01

@@ -17,9 +17,9 @@ from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 
 @ALGORITHMS.register("fedvarp")
 class FedVarp(Algorithm):
+    server_optimizers = False  # its server update is its own recursion
     @dataclass
     class Config(AlgoConfig):
-        name: str = "fedvarp"
         rescale_stale: bool = True
 
     def __init__(self, cfg, ctx):

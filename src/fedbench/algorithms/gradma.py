@@ -95,9 +95,11 @@ class WorkerQP(StepHook):
 
 @ALGORITHMS.register("gradma")
 class GradMA(Algorithm):
+    batchable = False
+    server_optimizers = False  # its server update is its own recursion
+
     @dataclass
     class Config(AlgoConfig):
-        name: str = "gradma"
         worker_qp: bool = True
         server_qp: bool = True
         beta1: float = 0.5  # server momentum (README example; the code's default is 0.9)
@@ -260,23 +262,3 @@ class GradMA(Algorithm):
             out.update(rc.scratch.server.summary("qp_server"))
             out["memory_entries"] = int((self.slot_client >= 0).sum())
         return out
-
-
-@ALGORITHMS.register("gradma_w")
-class GradMAW(GradMA):
-    """GradMA-W (Alg. 7): the worker QP with a plain server."""
-
-    @dataclass
-    class Config(GradMA.Config):
-        name: str = "gradma_w"
-        server_qp: bool = False
-
-
-@ALGORITHMS.register("gradma_s")
-class GradMAS(GradMA):
-    """GradMA-S (Alg. 8): plain local SGD with the server's memory, momentum and QP."""
-
-    @dataclass
-    class Config(GradMA.Config):
-        name: str = "gradma_s"
-        worker_qp: bool = False

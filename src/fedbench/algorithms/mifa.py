@@ -22,7 +22,6 @@ class Mifa(Algorithm):
     class Config(AlgoConfig):
         """``aggregation`` is accepted for sweeps but has no effect: MIFA always averages over all N clients."""
 
-        name: str = "mifa"
         rescale_stale: bool = True
 
     def __init__(self, cfg, ctx):
@@ -44,4 +43,4 @@ class Mifa(Algorithm):
         return avg * rc.lr if self.cfg.rescale_stale else avg
 
     def server_update(self, rc, x):
-        x.add_(self.direction(rc), alpha=self.cfg.server_lr)
+        self.server_step(x, self.direction(rc))

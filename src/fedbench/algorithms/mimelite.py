@@ -34,7 +34,6 @@ class MimeLite(Algorithm):
     affine_steps = True
     @dataclass
     class Config(AlgoConfig):
-        name: str = "mimelite"
         beta: float = 0.9
 
     def __init__(self, cfg, ctx):

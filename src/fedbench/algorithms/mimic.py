@@ -31,7 +31,6 @@ class Side(Enum):
 class MimiC(Algorithm):
     @dataclass
     class Config(AlgoConfig):
-        name: str = "mimic"
         aggregation: Aggregation = Aggregation.normalized
         rescale_correction: bool = True
         side: Side = Side.server

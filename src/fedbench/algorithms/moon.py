@@ -1,4 +1,5 @@
-"""MOON (Li, He & Song, CVPR 2021): model-contrastive local objective, FedAvg aggregation (``moon_m``: FedAvgM's).
+"""MOON (Li, He & Song, CVPR 2021): model-contrastive local objective, FedAvg aggregation (``moon_m``: the preset with
+``server_optimizer=momentum``, FedAvgM's server step).
 
 For the step's batch, with z = features of the local model, z_g of the global model x_t and z_p of the client's
 previous local model (Eq. 3, cosine similarity sim, temperature tau):
@@ -17,7 +18,6 @@ import torch
 import torch.nn.functional as F
 
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
-from fedbench.algorithms.fedavgm import FedAvgM
 from fedbench.errors import require
 from fedbench.records import StepHook
 
@@ -65,17 +65,9 @@ class Contrastive:
 
 @ALGORITHMS.register("moon")
 class Moon(Contrastive, Algorithm):
+    batchable = False
+
     @dataclass
     class Config(AlgoConfig):
-        name: str = "moon"
-        mu: float = 1.0
-        temperature: float = 0.5
-
-
-@ALGORITHMS.register("moon_m")
-class MoonM(Contrastive, FedAvgM):
-    @dataclass
-    class Config(FedAvgM.Config):
-        name: str = "moon_m"
         mu: float = 1.0
         temperature: float = 0.5

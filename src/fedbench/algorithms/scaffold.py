@@ -42,7 +42,6 @@ class Scaffold(Algorithm):
     affine_steps = True
     @dataclass
     class Config(FedAvg.Config):
-        name: str = "scaffold"
         update_controls: bool = True
         control_init: ControlInit = ControlInit.zeros
 

@@ -1,29 +1,28 @@
-"""Config registration and validation."""
+"""The config tree: ``CONF_DIR`` (the YAML presets), the schemas registered in Hydra's ConfigStore, and the options
+of each config group.
+
+Each option is declared once, in its component's ``Config`` dataclass: the registry's components (algorithms,
+participation layers) are stored in the ConfigStore as config-group options of their own (``algo=fedavg`` needs no
+YAML file), and YAML files under ``conf/`` hold only what a preset changes (``conf/algo/fedavgm.yaml``:
+``kind`` fedavg with ``server_optimizer: momentum``)."""
 
 from __future__ import annotations
 
 import os
 import secrets
-from typing import Any, Dict
+
+from pathlib import Path
+from typing import Iterable, List
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from fedbench.config import schema
 
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 _registered = False
 #: Makes output directories unique per process (two identical jobs started in the same second differ).
 _UID = f"{os.getpid() % 100000:05d}{secrets.token_hex(2)}"
-
-
-def flatten(node: Any, prefix: str = "") -> Dict[str, Any]:
-    """{dotted key: value} of the leaves of nested dicts (an empty dict is a leaf; lists are values)."""
-    if not isinstance(node, dict) or not node:
-        return {prefix: node}
-    out: Dict[str, Any] = {}
-    for k, v in node.items():
-        out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-    return out
 
 
 def register_configs() -> None:
@@ -46,8 +45,45 @@ def register_configs() -> None:
     cs.store(group="schema/engine", name="engine", node=schema.EngineConfig)
     cs.store(group="schema/logger", name="logger", node=schema.LoggerConfig)
     for name, cls in ALGORITHMS.items():
-        cs.store(group="schema/algo", name=name, node=cls.Config)
+        cs.store(group="schema/algo", name=name, node=cls.Config())
+        cs.store(group="algo", name=name, node=cls.Config())
     for layer, registry in LAYERS.items():
         for name, cls in registry.items():
             cs.store(group=f"schema/participation/{layer}", name=name, node=cls.Config)
+            cs.store(group=f"participation/{layer}", name=name, node=cls.Config)
     _registered = True
+
+
+def group_options(group: str, user_dirs: Iterable[Path] = ()) -> List[str]:
+    """The options of config group ``group`` (``algo``, ``participation/selection``): the YAML presets under
+    ``CONF_DIR`` and the user's config folders (Hydra's search path), and the components registered in the
+    ConfigStore."""
+    register_configs()
+    stored = ConfigStore.instance().list(group) if _in_store(group) else []
+    files = [p.stem for d in (CONF_DIR, *user_dirs) for p in (Path(d) / group).glob("*.yaml")]
+    return sorted({name.rsplit(".", 1)[0] for name in stored if name.endswith(".yaml")} | set(files))
+
+
+def _in_store(group: str) -> bool:
+    node = ConfigStore.instance().repo
+    for part in group.split("/"):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return isinstance(node, dict)
+
+
+def groups() -> List[str]:
+    """Config groups a user chooses options of: the folders under ``CONF_DIR`` and the ConfigStore's groups
+    (``participation/selection`` ...), without Hydra's own and the schemas."""
+    register_configs()
+    found = {str(d.relative_to(CONF_DIR)) for d in CONF_DIR.rglob("*") if d.is_dir()}
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                found.add(prefix + key)
+                walk(value, prefix + key + "/")
+
+    walk(ConfigStore.instance().repo, "")
+    return sorted(g for g in found if g.split("/")[0] not in ("hydra", "schema") and g != "root_schema")

@@ -103,7 +103,7 @@ def check_values(cfg: DictConfig) -> None:
 
 def validate(cfg: DictConfig) -> None:
     """Every check that needs only the config: number ranges, then relations between keys."""
-    from fedbench.engine.schedule import validate_schedule
+    from fedbench.training.schedule import validate_schedule
 
     check_values(cfg)
     validate_schedule(cfg.client.lr_schedule)

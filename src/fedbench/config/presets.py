@@ -16,7 +16,8 @@ from typing import Iterable, List, Set
 
 from omegaconf import DictConfig, OmegaConf
 
-from fedbench.config import flatten
+from fedbench.config import CONF_DIR, group_options
+from fedbench.tree import flatten
 from fedbench.errors import ConfigError
 
 
@@ -34,6 +35,16 @@ def _schema_fields(group: str) -> Set[str]:
     return {f.name for c in classes for f in dataclasses.fields(c)}
 
 
+def algo_kind(name: str) -> str:
+    """The registered algorithm an ``algo`` option runs: itself, or the schema a preset's YAML starts from."""
+    from fedbench.algorithms import ALGORITHMS
+
+    if name in ALGORITHMS:
+        return name
+    defaults = OmegaConf.load(CONF_DIR / "algo" / f"{name}.yaml").get("defaults", [])
+    return next(str(d).split("/")[-1].split("@")[0] for d in defaults if str(d).startswith("/schema/algo/"))
+
+
 def user_keys(overrides: List[str]) -> Set[str]:
     """The dotted keys a command line sets (``key=value``, ``+key=value``, ``++key=value``)."""
     keys = set()
@@ -49,16 +60,16 @@ def apply_presets(cfg: DictConfig, explicit: Set[str]) -> DictConfig:
 
     cfg = cfg.copy()
     settings = OmegaConf.to_container(cfg.algo_settings, resolve=True)
-    names = [n for n, _ in ALGORITHMS.items()]
+    names = group_options("algo")
     for name, values in settings.items():
         if name not in names:
             raise ConfigError(f"algo_settings.{name}", f"'{name}' is not an algorithm.",
                               f"use one of: {', '.join(names)}.")
-        allowed = {f.name for f in dataclasses.fields(ALGORITHMS.get_class(name).Config)}
+        allowed = {f.name for f in dataclasses.fields(ALGORITHMS.get_class(algo_kind(name)).Config)} - {"name", "kind"}
         for key in (values or {}):
-            if key not in allowed or key == "name":
+            if key not in allowed:
                 raise ConfigError(f"algo_settings.{name}.{key}", f"algorithm {name} has no option '{key}'.",
-                                  f"use one of: {', '.join(sorted(allowed - {'name'}))}.")
+                                  f"use one of: {', '.join(sorted(allowed))}.")
     for key, value in (settings.get(cfg.algo.name) or {}).items():
         if f"algo.{key}" not in explicit:
             OmegaConf.update(cfg, f"algo.{key}", value, merge=False)

@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from fedbench.training.schedule import LRScheduleConfig
+
 
 class Normalization(Enum):
     own = "own"  # per-channel mean/std of the dataset's own training split (computed when loaded)
@@ -126,7 +128,7 @@ class ParticipationConfig:
 class ClientRunner(Enum):
     thin = "thin"  # our own loop driving the LightningModule (fast, default)
     lightning = "lightning"  # a lightning.Trainer per client (slow; for cross-checking)
-    vmap = "vmap"  # the round's clients batched with torch.func.vmap (fedbench.engine.cohort)
+    vmap = "vmap"  # the round's clients batched with torch.func.vmap (fedbench.training.cohort)
     auto = "auto"  # vmap where the configuration allows it, else thin
 
 
@@ -150,7 +152,7 @@ class EngineConfig:
     eval_train: bool = False  # also evaluate the global model on the whole training set (global_train_loss/acc)
     num_threads: int = 0  # torch intra-op threads; 0 = by the rule in fedbench.engine.simulation.auto_threads
     workers: int = 0  # > 1: train each round's clients in this many processes, one thread each (engine.workers)
-    precision: str = "fp32"  # fp32 | tf32 (CUDA) | bf16-mixed (fedbench.engine.numerics)
+    precision: str = "fp32"  # fp32 | tf32 (CUDA) | bf16-mixed (fedbench.training.numerics)
     memory_format: MemoryFormat = MemoryFormat.auto
     client_state: ClientStateBackend = ClientStateBackend.memory
     client_state_dir: Optional[str] = None  # memmap files; null = <run dir>/client_state
@@ -171,24 +173,6 @@ class LoggerConfig:
     entity: Optional[str] = None
     tags: List[str] = field(default_factory=list)
     console: bool = True  # one progress line per evaluation
-
-
-class ScheduleKind(Enum):
-    constant = "constant"  # lr_t = lr
-    exponential = "exponential"  # lr_t = max(lr * decay^floor(t / every), floor)  (MimiC: 0.01 * 0.95^t, 1e-5)
-    step = "step"  # lr_t = lr * gamma^(number of milestones m with t >= m * rounds)
-
-
-@dataclass
-class LRScheduleConfig:
-    """The client learning rate of round t (``RoundContext.lr``), used by every algorithm."""
-
-    kind: ScheduleKind = ScheduleKind.constant
-    decay: float = 0.95
-    every: int = 1
-    floor: float = 0.0
-    milestones: List[float] = field(default_factory=lambda: [0.5, 0.75])  # fractions of the run's rounds
-    gamma: float = 0.1
 
 
 class NoiseSpread(Enum):
@@ -229,7 +213,7 @@ class RootConfig:
     divergence_factor: Optional[float] = 10.0  # stop when test loss > factor x initial test loss; null = off
     algo_settings: Dict[str, Any] = field(default_factory=dict)  # preset: {algorithm: {key: value}} for that algo
     where_supported: Dict[str, Any] = field(default_factory=dict)  # preset: {group: {key: value}} where the key exists
-    targets: List[float] = field(default_factory=list)
+    targets: List[float] = field(default_factory=lambda: [0.6, 0.7, 0.75])  # test accuracies: rounds-to-target
     loss_targets: List[float] = field(default_factory=list)  # global training losses (needs engine.eval_train)
     client: ClientConfig = field(default_factory=ClientConfig)
     data: DataConfig = field(default_factory=DataConfig)

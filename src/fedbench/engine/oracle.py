@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from fedbench.engine.trainer import ClientTrainer
+from fedbench.training.trainer import ClientTrainer
 from fedbench.participation.base import ClientOracle
 from fedbench.records import RoundContext
 

@@ -52,7 +52,7 @@ def _serve(cfg, root: str, device: str, inbox, outbox) -> None:
     torch.set_num_threads(1)
     try:
         from fedbench.config import register_configs
-        from fedbench.engine.simulation import local_stack
+        from fedbench.engine.stack import local_stack
 
         register_configs()
         _, module, trainer = local_stack(cfg, Path(root), torch.device(device))

@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from fedbench.config import flatten
+from fedbench.tree import flatten
 
 _NOT_IN_GROUP = ("seed", "logger", "engine", "hydra")
 

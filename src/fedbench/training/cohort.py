@@ -1,0 +1,236 @@
+"""The vmap cohort runner (``engine.client_runner=vmap``): a round's clients train together.
+
+Parameters of up to ``engine.cohort_size`` clients are stacked into a (C, d) matrix; each local step is one
+``torch.func.vmap`` of ``grad`` of the functional model over the cohort, followed by the SGD update of every row
+(momentum and weight decay as ``torch.optim.SGD``). Clients that differ in batch size (a client with fewer samples
+than ``client.batch_size``, or an algorithm's full-batch option) are padded and masked: a padded sample has weight 0
+in its client's mean loss. Clients that differ in local steps (stragglers) are masked per step: a finished client's
+row no longer moves. Each client's minibatches come from the same counter-based stream as under the sequential
+runners, so a round gives the sequential runner's parameters up to floating-point reassociation (~1e-7).
+
+What runs: algorithms whose local run is SGD on the cross-entropy, shaped only through ``local_options``,
+``finish_update`` and step hooks that are affine in the gradient (``StepHook.affine``: g' = scale g + offset +
+mu (w - anchor), per client) -- FedAvg, FedAvgM, MIFA, FedVARP, MimiC, amplified FedAvg, SCAFFOLD, FedProx, FedDyn,
+MimeLite and their momentum variants -- without injected gradient noise or per-batch augmentation. ``unsupported``
+names the reason otherwise, checked when the run starts.
+
+Dropout (``SeededDropout``): each client's keep masks are drawn before the cohort step from its stream
+(seed, "dropout", round, client), layer by layer in forward order and step by step, exactly as the sequential
+runner draws them, and passed into the vmapped step. BatchNorm: batch statistics over the client's real samples
+only (padding masked out), and per-client running statistics r <- (1 - m) r + m s (s: the batch mean and unbiased
+variance, m: the layer's momentum), updated for the steps the client takes; each client's buffers go to the
+aggregation as under the sequential runner. A round in which a client with a step
+hook appears twice (selection with replacement) runs sequentially: its second run must see the state its first
+one left.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, grad_and_value, vmap
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from fedbench.records import Affine, ClientUpdate, RoundContext
+from fedbench.rng import torch_rng
+
+
+def unsupported(module, noise: bool, trainer_augments: bool) -> Optional[str]:
+    """Why this model and data cannot use the cohort runner, or None (the algorithm's side is its declared
+    ``batchable``, which the run layer checks first)."""
+    from fedbench.models import SeededDropout
+
+    norms = [m for m in module.model.modules() if isinstance(m, _BatchNorm)]
+    if any(m.training and m.momentum is None for m in norms):
+        return "a BatchNorm layer keeps a cumulative average (momentum=None)"
+    owned = {id(b) for m in norms for b in (m.running_mean, m.running_var) if b is not None}
+    if any(id(b) not in owned for b in module.flat.buffer_tensors):
+        return "the model has floating-point buffers other than BatchNorm statistics"
+    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 and not isinstance(m, SeededDropout)
+           for m in module.model.modules()):
+        return "the model uses torch.nn.Dropout (global RNG) instead of SeededDropout"
+    if noise:
+        return "client.grad_noise injects per-client gradient noise"
+    if trainer_augments:
+        return "the dataset is augmented per batch"
+    return None
+
+
+class CohortTrainer:
+    def __init__(self, module, cohort_size: int, momentum: float, weight_decay: float):
+        from fedbench.models import SeededDropout
+
+        self.module, self.cohort_size = module, cohort_size
+        self.momentum, self.weight_decay = momentum, weight_decay
+        model, flat = module.model, module.flat
+        self.norms = [m for m in model.modules() if isinstance(m, _BatchNorm)]
+        self.dropouts = [m for m in model.modules() if isinstance(m, SeededDropout) and m.p > 0]
+        self._drop_shapes: Optional[list] = None  # per dropout layer in forward order: (layer, per-sample shape)
+        offsets, o = {}, 0
+        for b in flat.buffer_tensors:
+            offsets[id(b)], o = o, o + b.numel()
+        #: per norm: the slices of its running mean and variance in the flat buffers (None: not tracked)
+        self._running = [None if m.running_mean is None else
+                         (slice(offsets[id(m.running_mean)], offsets[id(m.running_mean)] + m.num_features),
+                          slice(offsets[id(m.running_var)], offsets[id(m.running_var)] + m.num_features))
+                         for m in self.norms]
+
+        def loss(w, x, y, mask, drops):
+            stats: dict = {}  # norm index -> (batch mean, unbiased batch variance)
+            for layer, keep in zip(self._drop_order(), drops):
+                layer.mask = keep
+            for k, m in enumerate(self.norms):
+                m.forward = lambda z, k=k, m=m: _masked_batch_norm(m, z, mask, stats, k)
+            try:
+                with module.numerics.autocast():
+                    logits = functional_call(model, flat.named_views(model, w), (x,)).float()
+            finally:
+                for layer in self.dropouts:
+                    layer.mask = None
+                for m in self.norms:
+                    del m.forward
+            ce = F.cross_entropy(logits, y, reduction="none")
+            return (ce * mask).sum() / mask.sum(), stats
+
+        self._step = vmap(grad_and_value(loss, has_aux=True))
+
+    def _drop_order(self) -> list:
+        return [layer for layer, _ in self._drop_shapes] if self.dropouts else []
+
+    def _dropout_shapes(self, x: torch.Tensor) -> list:
+        """(layer, per-sample input shape) of each dropout call of a forward pass, in call order (found once, by
+        a forward of one sample in eval mode); a layer called twice in one pass is refused."""
+        if self._drop_shapes is None:
+            seen: list = []
+            handles = [d.register_forward_pre_hook(lambda m, a: seen.append((m, tuple(a[0].shape[1:]))))
+                       for d in self.dropouts]
+            model, mode = self.module.model, self.module.model.training
+            model.eval()
+            try:
+                with torch.no_grad():
+                    model(x[:1])
+            finally:
+                model.train(mode)
+                for h in handles:
+                    h.remove()
+            if len({id(m) for m, _ in seen}) != len(seen):
+                raise RuntimeError("a dropout layer is applied twice in one forward pass: the cohort runner "
+                                   "cannot reproduce its masks; use engine.client_runner=thin")
+            self._drop_shapes = seen
+        return self._drop_shapes
+
+    def _keep_masks(self, trainer, rc, entries, runs, T: int, B: int, device) -> tuple:
+        """Per dropout layer, the (C, T, B, *shape) keep masks the sequential runner would draw: client i's
+        stream (seed, "dropout", round, i), step by step, layer by layer in forward order."""
+        if not self.dropouts:
+            return ()
+        shapes = self._dropout_shapes(trainer.data.x)
+        C = len(entries)
+        masks = [torch.ones((C, T, B) + shape, device=device) for _, shape in shapes]
+        for i, ((client, steps, _, _), (_, b)) in enumerate(zip(entries, runs)):
+            gen = torch_rng(trainer.seed, "dropout", rc.round, client)
+            for s in range(steps):
+                for (layer, shape), mask in zip(shapes, masks):
+                    keep = torch.rand((b,) + shape, generator=gen, device=gen.device) >= layer.p
+                    mask[i, s, :b] = keep.to(device)
+        return tuple(masks)
+
+    def updates(self, trainer, rc: RoundContext, entries: Sequence[Tuple[int, int, dict, Optional[Affine]]],
+                start: torch.Tensor) -> List[ClientUpdate]:
+        """The ``ClientUpdate`` of each entry (client, local steps, ``local_options``, its hook's ``Affine`` or
+        None), in order, ``cohort_size`` at a time; the trainer's streams and counters are used as
+        ``trainer.train`` would."""
+        out: List[ClientUpdate] = []
+        for k in range(0, len(entries), self.cohort_size):
+            out += self._cohort(trainer, rc, entries[k: k + self.cohort_size], start)
+        return out
+
+    def _cohort(self, trainer, rc, entries, start):
+        runs = [trainer.batch_indices(rc, c, steps, opts.get("batch_size")) for c, steps, opts, _ in entries]
+        lrs = torch.tensor([opts.get("lr", rc.lr) for _, _, opts, _ in entries], dtype=start.dtype,
+                           device=start.device)
+        C, T = len(entries), max(steps for _, steps, _, _ in entries)
+        B = max(b for _, b in runs)
+        data, device = trainer.data, start.device
+        if all(b == B and steps == T for (_, b), (_, steps, _, _) in zip(runs, entries)):  # no padding: one gather
+            idx = torch.stack([i for i, _ in runs]).view(C, T, B)
+            M = torch.ones((C, T, B), dtype=start.dtype, device=device)
+        else:  # pad each client's (steps, b) block into (T, B); padded samples get weight 0
+            idx = torch.zeros((C, T, B), dtype=torch.long, device=device)
+            M = torch.zeros((C, T, B), dtype=start.dtype, device=device)
+            for i, ((ids, b), (_, steps, _, _)) in enumerate(zip(runs, entries)):
+                idx[i, :steps, :b] = ids.view(steps, b)
+                M[i, :steps, :b] = 1.0
+        X, Y = data.x[idx], data.y[idx]
+        self.module.train()
+        drops = self._keep_masks(trainer, rc, entries, runs, T, B, device)
+        active = M[:, :, 0] > 0  # (C, T): client i takes step s
+        P = start.unsqueeze(0).repeat(C, 1)
+        R = trainer.buffers.unsqueeze(0).repeat(C, 1) if self.norms and trainer.buffers.numel() else None
+        buf = torch.zeros_like(P) if self.momentum else None
+        hooks = _stack_affine([a for *_, a in entries], start)
+        losses = torch.zeros(C, T, dtype=start.dtype, device=start.device)
+        for s in range(T):
+            on = active[:, s]
+            g, (loss, stats) = self._step(P, X[:, s], Y[:, s], M[:, s] + (~on)[:, None].to(M.dtype),
+                                          tuple(d[:, s] for d in drops))
+            if R is not None:
+                self._track(R, stats, on)
+            if hooks is not None:
+                scale, offset, mu, anchor = hooks
+                g = scale[:, None] * g + offset + mu[:, None] * (P - anchor)
+            losses[:, s] = torch.where(on, loss, torch.zeros_like(loss))
+            if self.weight_decay:
+                g = g + self.weight_decay * P
+            if buf is not None:
+                buf = torch.where(on[:, None], self.momentum * buf + g, buf)
+                g = buf
+            P = P - (lrs * on.to(P.dtype))[:, None] * g
+        sizes = [b for _, b in runs]
+        trainer.cost.gradients(sum(b * steps for b, (_, steps, _, _) in zip(sizes, entries)))
+        steps_done = torch.tensor([steps for _, steps, _, _ in entries], dtype=losses.dtype, device=losses.device)
+        mean_loss = (losses.sum(1) / steps_done.clamp_min(1)).tolist()
+        D = P - start
+        return [ClientUpdate(delta=D[i], num_samples=int(trainer.data.sizes[client]), steps=steps,
+                             loss=mean_loss[i] if steps else None, buffers=None if R is None else R[i])
+                for i, (client, steps, _, _) in enumerate(entries)]
+
+    def _track(self, R: torch.Tensor, stats: dict, on: torch.Tensor) -> None:
+        """Running statistics of the clients that took this step: r <- (1 - m) r + m s, per norm layer."""
+        for k, (m, where) in enumerate(zip(self.norms, self._running)):
+            if where is None or k not in stats:
+                continue
+            for sl, value in zip(where, stats[k]):
+                new = (1 - m.momentum) * R[:, sl] + m.momentum * value
+                R[:, sl] = torch.where(on[:, None], new, R[:, sl])
+
+
+def _masked_batch_norm(m, x: torch.Tensor, weight: torch.Tensor, stats: dict, k: int) -> torch.Tensor:
+    """Training-mode batch norm of one client's batch ``x`` (N, C, ...) over its real samples (``weight`` (N,):
+    1 real, 0 padding); ``stats[k]`` gets the batch mean and unbiased variance for the running statistics."""
+    dims = [0] + list(range(2, x.dim()))
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    w = weight.view([-1] + [1] * (x.dim() - 1))
+    n = weight.sum() * (x[0, 0].numel())
+    mean = (x * w).sum(dims) / n
+    centred = x - mean.view(shape)
+    var = (centred * centred * w).sum(dims) / n
+    stats[k] = (mean.detach(), (var * n / (n - 1)).detach())
+    out = centred * torch.rsqrt(var.view(shape) + m.eps)
+    return out * m.weight.view(shape) + m.bias.view(shape) if m.affine else out
+
+
+def _stack_affine(maps: list, start: torch.Tensor) -> Optional[tuple]:
+    """Per-client (scale (C,), offset (C, d), mu (C,), anchor (C, d)) of the entries' hooks; None when no entry
+    has one (identity maps for those without)."""
+    if all(a is None for a in maps):
+        return None
+    maps = [a or Affine() for a in maps]
+    zeros = torch.zeros_like(start)
+    scale = torch.tensor([a.scale for a in maps], dtype=start.dtype, device=start.device)
+    mu = torch.tensor([a.mu for a in maps], dtype=start.dtype, device=start.device)
+    offset = torch.stack([zeros if a.offset is None else a.offset for a in maps])
+    anchor = torch.stack([start if a.anchor is None else a.anchor for a in maps])
+    return scale, offset, mu, anchor

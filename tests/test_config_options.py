@@ -1,0 +1,120 @@
+"""Each option is declared once: its component's Config dataclass is the only place its default is written."""
+
+import dataclasses
+
+import pytest
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+from fedbench.algorithms import ALGORITHMS
+from fedbench.config import CONF_DIR, group_options, groups, register_configs
+from fedbench.config import schema
+from fedbench.participation import LAYERS
+
+register_configs()
+STORE = ConfigStore.instance()
+OPTION_FILES = sorted(p for p in CONF_DIR.rglob("*.yaml")
+                      if p.relative_to(CONF_DIR).parts[0] not in ("hydra", "experiment") and p.name != "config.yaml")
+
+
+def _stored(path: str):
+    """A ConfigStore entry as plain values (enums as strings), or None."""
+    try:
+        node = STORE.load(path.strip("/") + ".yaml").node
+    except Exception:
+        return None
+    return OmegaConf.to_container(node, enum_to_str=True, throw_on_missing=False)
+
+
+def _bases(path, body_defaults):
+    """{key prefix: the values the file starts from} for its defaults list: a schema (``/schema/...@_here_``), an
+    option of its own group (``- fedsrc_d``) or a nested group (``- availability: markov``)."""
+    group = str(path.parent.relative_to(CONF_DIR))
+    out = {}
+    for entry in body_defaults:
+        entry = OmegaConf.to_container(entry) if not isinstance(entry, str) else entry
+        if isinstance(entry, str):
+            if entry == "_self_":
+                continue
+            target = entry.split("@")[0]
+            found = _stored(target) if target.startswith("/") else (_stored(f"{group}/{target}")
+                                                                     or _option_file(group, target))
+            assert found is not None, f"{path}: cannot resolve defaults entry {entry}"
+            out[""] = {**out.get("", {}), **found}
+        else:
+            (sub, option), = entry.items()
+            found = _stored(f"{group}/{sub}/{option}") or _option_file(f"{group}/{sub}", option)
+            out[sub] = found or {}
+    return out
+
+
+def _option_file(group, option):
+    f = CONF_DIR / group / f"{option}.yaml"
+    if not f.is_file():
+        return None
+    y = OmegaConf.load(f)
+    base = _bases(f, y.get("defaults", [])).get("", {})
+    return {**base, **{k: v for k, v in OmegaConf.to_container(y, enum_to_str=True).items() if k != "defaults"}}
+
+
+@pytest.mark.parametrize("path", OPTION_FILES, ids=lambda p: str(p.relative_to(CONF_DIR)))
+def test_a_yaml_option_sets_only_what_differs_from_the_dataclass_default(path):
+    y = OmegaConf.load(path)
+    bases = _bases(path, y.get("defaults", []))
+    body = {k: v for k, v in OmegaConf.to_container(y, enum_to_str=True).items() if k != "defaults"}
+    for key, value in body.items():
+        if isinstance(value, dict) and key in bases:
+            for sub, v in value.items():
+                assert bases[key].get(sub, object()) != v, f"{path}: {key}.{sub}: {v} repeats its default"
+        else:
+            assert bases.get("", {}).get(key, object()) != value, f"{path}: {key}: {value} repeats its default"
+
+
+def test_no_yaml_file_shadows_a_registered_option():
+    for path in OPTION_FILES:
+        group = str(path.parent.relative_to(CONF_DIR))
+        assert _stored(f"{group}/{path.stem}") is None, f"{path} repeats the ConfigStore option {group}/{path.stem}"
+
+
+def test_the_root_yaml_only_composes():
+    y = OmegaConf.load(CONF_DIR / "config.yaml")
+    assert set(y) == {"defaults", "hydra"}, "root options are declared in fedbench.config.schema.RootConfig"
+
+
+def _configs():
+    yield from (cls.Config for _, cls in ALGORITHMS.items())
+    yield from (cls.Config for registry in LAYERS.values() for _, cls in registry.items())
+    yield from (v for v in vars(schema).values() if dataclasses.is_dataclass(v))
+
+
+def _default(f):
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+@pytest.mark.parametrize("config", sorted(set(_configs()), key=lambda c: c.__qualname__), ids=lambda c: c.__qualname__)
+def test_a_config_class_does_not_repeat_an_inherited_default(config):
+    for parent in config.__mro__[1:]:
+        if not dataclasses.is_dataclass(parent):
+            continue
+        inherited = {f.name: _default(f) for f in dataclasses.fields(parent)}
+        own = {f.name: f for f in dataclasses.fields(config) if f.name in vars(config).get("__annotations__", {})}
+        for name, f in own.items():
+            assert name not in inherited or inherited[name] != _default(f), \
+                f"{config.__qualname__}.{name} repeats {parent.__qualname__}'s default {inherited[name]!r}"
+
+
+def test_every_group_lists_its_registered_and_preset_options():
+    assert {"fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "wait_full"} <= set(group_options("algo"))
+    assert {"markov", "bernoulli"} <= set(group_options("participation/availability"))
+    assert {"fedsrc_d", "fedsrc_d_oracle"} <= set(group_options("participation/selection"))
+    assert {"algo", "participation/selection", "dataset", "experiment"} <= set(groups())
+    assert not any(g.startswith("schema") for g in groups())
+
+
+def test_the_option_reference_page_is_generated_from_the_dataclasses():
+    from fedbench.config.reference import options_markdown
+
+    page = CONF_DIR.parents[2] / "docs" / "reference" / "options.md"
+    if not page.is_file():
+        pytest.skip("an installed package without the docs")
+    assert page.read_text() == options_markdown(), "run: python scripts/gen_options.py"
