@@ -6,6 +6,7 @@ import pytest
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from conftest import ROOT
 from fedbench.algorithms import ALGORITHMS
 from fedbench.config import CONF_DIR, group_options, groups, register_configs
 from fedbench.config import schema
@@ -114,7 +115,7 @@ def test_every_group_lists_its_registered_and_preset_options():
 def test_the_option_reference_page_is_generated_from_the_dataclasses():
     from fedbench.config.reference import options_markdown
 
-    page = CONF_DIR.parents[2] / "docs" / "reference" / "options.md"
+    page = ROOT / "docs" / "reference" / "options.md"
     if not page.is_file():
         pytest.skip("an installed package without the docs")
     assert page.read_text() == options_markdown(), "run: python scripts/gen_options.py"

@@ -5,7 +5,6 @@ added through Hydra's search path."""
 import json
 import site
 import subprocess
-import sys
 import venv
 
 import pytest
@@ -28,7 +27,7 @@ def installed(tmp_path_factory):
     src = base / "src_copy"
     subprocess.run(f"cd {ROOT} && git ls-files -co --exclude-standard | tar cf - -T - | (mkdir -p {src} && "
                    f"tar xf - -C {src})", shell=True, check=True)
-    proc = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+    proc = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps",
                            "--disable-pip-version-check", str(src)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return env_dir

@@ -8,6 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import compose
+from fedbench.config import CONF_DIR
 from fedbench.errors import ConfigError
 from fedbench.participation import LayerContext, ParticipationProcess
 from fedbench.participation.fedsrc import FedSRCG
@@ -326,9 +327,8 @@ def test_trace_with_wrong_shape_or_values(tmp_path):
 
 
 def test_every_preset_composes_with_its_documented_keys():
-    from pathlib import Path
 
-    presets = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "participation").glob("*.yaml"))
+    presets = sorted(p.stem for p in (CONF_DIR / "participation").glob("*.yaml"))
     assert {"bernoulli", "markov", "periodic", "round_robin_dropout", "time_varying", "sinusoidal", "trace",
             "regularized", "md", "dropout", "straggler", "adaptive", "uniform", "full"} <= set(presets)
     for name in presets:

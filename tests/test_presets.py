@@ -6,15 +6,16 @@ import re
 import pytest
 import torch
 
-from conftest import ROOT, compose
+from conftest import compose
+from fedbench.config import CONF_DIR
 from conftest import check_evaluation, make_sim, write_fake_cifar, write_fake_mnist
 
-PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml") if p.stem != "smoke")
+PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml") if p.stem != "smoke")
 
 
 def _sweeps(name: str) -> list:
     """The overrides of each job the preset's "Compare:" comment sweeps (one value list per key)."""
-    text = (ROOT / "conf" / "experiment" / f"{name}.yaml").read_text()
+    text = (CONF_DIR / "experiment" / f"{name}.yaml").read_text()
     jobs = []
     for key, values in re.findall(r"((?:algo|participation/selection))=([\w.,]+)", text.split("Compare")[-1]):
         jobs += [f"{key}={v}" for v in values.split(",")]
@@ -27,7 +28,11 @@ def test_every_preset_composes_with_the_algorithms_its_comparison_sweeps(name):
     assert jobs or name.startswith("fedsrc"), f"{name}: no Compare line"
     for job in jobs or [""]:
         cfg = compose(f"experiment={name}", *([job] if job else []))
-        assert cfg.rounds >= 1
+        key, _, value = job.partition("=")
+        if key == "algo":  # the preset keeps the algorithm the sweep asks for
+            assert cfg.algo.name == value, (name, job)
+        elif key:  # and the selection rule
+            assert cfg.participation.selection.kind == compose(job).participation.selection.kind, (name, job)
 
 
 def test_the_wait_baselines_get_the_papers_warm_up_in_the_periodic_preset():

@@ -119,12 +119,12 @@ def _friendly(exc: Exception, overrides: List[str]) -> str:
     if m:
         group, option = m.group(1), m.group(2)
         options = re.findall(r"^\t(\S+)$", text, flags=re.M)
-        allowed = ", ".join(options) if options else "(see conf/" + group + "/)"
+        allowed = ", ".join(options) if options else "(see the option tables in docs/reference/options.md)"
         return (f"Unknown option '{option}' for config group '{group}'. Allowed: {allowed}. "
                 f"Fix: pass {group}=<one of these>.")
     m = re.search(r"Could not load '([^']+)'", text) or re.search(r"Could not find '([^']+)'", text)
     if m and "/" not in m.group(1):
-        return f"Unknown config '{m.group(1)}'. Fix: check the option name against the files under conf/."
+        return f"Unknown config '{m.group(1)}'. Fix: check the option name against 'fedbench --help' (the config groups and their options)."
     m = re.search(r"Key '([^']+)' not in '[^']*'\s+full_key: (\S+)", text) or re.search(
         r"Key '([^']+)' is not in struct\s+full_key: (\S+)", text)
     if m:

@@ -30,6 +30,6 @@ class Registry(Dict[str, type]):
         if name not in self:
             raise FedbenchError(
                 f"Unknown {self.what} '{name}'. Allowed: {', '.join(sorted(self))}. "
-                f"Fix: choose one of these (and the matching YAML file under conf/)."
+                f"Fix: choose one of these."
             )
         return self[name]

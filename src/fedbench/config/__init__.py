@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from fedbench.config import schema
 
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # package data: found wherever fedbench is installed
 _registered = False
 #: Makes output directories unique per process (two identical jobs started in the same second differ).
 _UID = f"{os.getpid() % 100000:05d}{secrets.token_hex(2)}"
