@@ -65,7 +65,7 @@ def test_mimic_client_side_equals_server_side(tiny_cfg, tmp_path):
 def test_fedprox_loss_hook_gradient_is_mu_times_distance():
     from fedbench.training.local import LocalModule
     from fedbench.training.step import LocalRun, StepContext
-    from fedbench.models import LogReg
+    from fedbench.models.linear import LogReg
     from fedbench.records import Cost
 
     module = LocalModule(LogReg(3, 2), lr=0.1)

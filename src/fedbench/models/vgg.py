@@ -1,0 +1,75 @@
+"""VGG-11 (MimiC's and GradMA's variants) and the 2-d normalization layer the deep models share."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedbench.errors import require
+from fedbench.models.base import MODELS, SeededDropout, ZooModel, default_init_
+
+
+def _norm2d(kind: str, channels: int, groups: int) -> nn.Module:
+    if kind == "batch":
+        return nn.BatchNorm2d(channels)
+    if kind == "group":
+        return nn.GroupNorm(min(groups, channels), channels)
+    return nn.Identity()
+
+
+class VGG11(ZooModel):
+    """VGG-11 (config A: 64, M, 128, M, 256, 256, M, 512, 512, M, 512, 512, M) on 32x32 inputs.
+
+    variant=mimic (MimiC's code, no BN): classifier Dropout-Linear(512)-ReLU-Dropout-Linear(512)-ReLU-Linear(C),
+    convs initialized N(0, sqrt(2 / (9 out))) with zero bias; 9,750,922 parameters for 10 classes.
+    variant=gradma (GradMA's ``VGGNet``, BN): classifier Linear(128)-ReLU-Dropout-Linear(C), default init.
+    """
+
+    CFG = [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"]
+
+    def __init__(self, input_shape: tuple, num_classes: int, norm: str, groups: int, variant: str, dropout: float):
+        super().__init__()
+        layers: list[nn.Module] = []
+        prev = input_shape[0]
+        for v in self.CFG:
+            if v == "M":
+                layers.append(nn.MaxPool2d(2, 2))
+            else:
+                layers += [nn.Conv2d(prev, v, 3, padding=1), _norm2d(norm, v, groups), nn.ReLU()]
+                prev = v
+        self.conv = nn.Sequential(*layers)
+        flat = 512 * (input_shape[1] // 32) * (input_shape[2] // 32)
+        if variant == "mimic":
+            self.fc = nn.Sequential(SeededDropout(dropout), nn.Linear(flat, 512), nn.ReLU(), SeededDropout(dropout),
+                                    nn.Linear(512, 512), nn.ReLU())
+            self.final = nn.Linear(512, num_classes)
+        else:
+            self.fc = nn.Sequential(nn.Linear(flat, 128), nn.ReLU(), SeededDropout(dropout))
+            self.final = nn.Linear(128, num_classes)
+
+    def block_list(self):
+        """The five convolution stages (each ends in a max-pool), the classifier's hidden part, the output layer."""
+        pools = [i for i, m in enumerate(self.conv) if isinstance(m, nn.MaxPool2d)]
+        stages = [self.conv[a + 1: b + 1] for a, b in zip([-1, *pools[:-1]], pools)]
+        return [*stages, nn.Sequential(nn.Flatten(1), *self.fc), self.final]
+
+
+def vgg_mimic_init_(module: nn.Module, gen: torch.Generator) -> None:
+    """MimiC's VGG init: conv weights N(0, sqrt(2 / (k*k*out))), zero bias; linear layers PyTorch's default."""
+    if isinstance(module, nn.Conv2d):
+        k = module.kernel_size[0] * module.kernel_size[1] * module.out_channels
+        nn.init.normal_(module.weight, 0.0, math.sqrt(2.0 / k), generator=gen)
+        nn.init.zeros_(module.bias)
+    else:
+        default_init_(module, gen)
+
+
+@MODELS.register("vgg11")
+def _vgg11(cfg: Any, input_shape: tuple, num_classes: int):
+    require(cfg.variant in ("mimic", "gradma"), "model.variant", f"'{cfg.variant}' is not a VGG-11 variant.",
+            "use mimic or gradma.")
+    model = VGG11(input_shape, num_classes, cfg.norm.value, cfg.groups, cfg.variant, cfg.dropout)
+    return model, vgg_mimic_init_ if cfg.variant == "mimic" else default_init_
