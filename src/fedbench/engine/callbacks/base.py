@@ -8,7 +8,8 @@ updates state, calling, in list order::
     on_evaluate(sim, record)          # after each evaluation, with its ``EvalRecord`` (sent by ``Evaluation``)
     on_run_end(sim)                   # after the last round run (completed, diverged or interrupted)
 
-A callback stops the run with ``sim.request_stop(status, reason)``; the loop ends after the current round. State
+``sim`` is the running ``fedbench.engine.simulation.Simulation`` (not imported here: the loop imports the
+callbacks, never the other way round). A callback stops the run with ``sim.request_stop(status, reason)``; the loop ends after the current round. State
 that must survive a checkpoint is the callback's ``state_dict`` (flat keys, merged into the run's checkpoint).
 """
 
@@ -18,20 +19,19 @@ from typing import TYPE_CHECKING, Any, Dict
 
 if TYPE_CHECKING:
     from fedbench.engine.metrics import EvalRecord, RoundRecord
-    from fedbench.engine.simulation import Simulation
 
 
 class Callback:
-    def on_run_start(self, sim: "Simulation") -> None:
+    def on_run_start(self, sim: Any) -> None:
         pass
 
-    def on_round_end(self, sim: "Simulation", record: "RoundRecord") -> None:
+    def on_round_end(self, sim: Any, record: "RoundRecord") -> None:
         pass
 
-    def on_evaluate(self, sim: "Simulation", record: "EvalRecord") -> None:
+    def on_evaluate(self, sim: Any, record: "EvalRecord") -> None:
         pass
 
-    def on_run_end(self, sim: "Simulation") -> None:
+    def on_run_end(self, sim: Any) -> None:
         pass
 
     def state_dict(self) -> Dict[str, Any]:
