@@ -1,13 +1,14 @@
-"""A tiny name -> class registry; each registered class carries its config schema as ``Config``."""
+"""A tiny name -> component registry: classes (algorithms, participation layers, each with its ``Config``
+beside it) or factory functions (models, partitions, datasets), registered with ``@REGISTRY.register(name)``."""
 
 from __future__ import annotations
 
-from typing import Callable, Dict, TypeVar
+from typing import Any, Callable, Dict, TypeVar
 
 T = TypeVar("T")
 
 
-class Registry(Dict[str, type]):
+class Registry(Dict[str, Any]):
     def __init__(self, what: str):
         super().__init__()
         self.what = what
@@ -24,7 +25,7 @@ class Registry(Dict[str, type]):
 
         return deco
 
-    def get_class(self, name: str) -> type:
+    def get_class(self, name: str) -> Any:
         from fedbench.errors import FedbenchError
 
         if name not in self:
