@@ -184,7 +184,7 @@ BASE = (*[o for o in TINY if not o.startswith("rounds=")], f"rounds={2 * R}", "e
         "checkpoint_every=1")
 
 
-def _rows(path):
+def csv_rows(path):
     with open(path) as f:
         return [{k: v for k, v in r.items() if k != "wall_time"} for r in csv.DictReader(f)]
 

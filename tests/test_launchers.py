@@ -60,9 +60,9 @@ def test_process_launchers_run_a_sweep_with_the_numbers_of_a_single_run(tmp_path
         assert list(statuses.values()) == ["completed", "completed"]
         accs = {j: json.loads((tmp_path / launcher / j / "summary.json").read_text())["final_test_acc"]
                 for j in statuses}
-    from test_resume import _run  # job 1 (seed 1) in this process gives the same number
+    from conftest import run_resumable  # job 1 (seed 1) in this process gives the same number
 
-    _, single = _run(compose(*SMOKE, "seed=1", "engine.num_threads=1"), tmp_path / "single", tmp_path / "data")
+    _, single = run_resumable(compose(*SMOKE, "seed=1", "engine.num_threads=1"), tmp_path / "single", tmp_path / "data")
     assert accs["1_fedavg_seed1"] == single["final_test_acc"]
 
 

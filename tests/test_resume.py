@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import BASE, R, ROOT, TINY, _rows, compose, run_resumable
+from conftest import BASE, R, ROOT, TINY, csv_rows, compose, run_resumable
 
 from fedbench.checkpoint import Checkpointer, pack, unpack
 from fedbench.training.client_state import ClientStateStore
@@ -51,7 +51,7 @@ def test_resume_equals_uninterrupted(tmp_path, overrides):
     assert torch.equal(resumed.x, full.x)
     assert torch.equal(resumed.buffers, full.buffers)
     for name in ("metrics.csv", "rounds.csv"):
-        assert _rows(tmp_path / "part" / name) == _rows(tmp_path / "full" / name), name
+        assert csv_rows(tmp_path / "part" / name) == csv_rows(tmp_path / "full" / name), name
     a, b = np.load(tmp_path / "part" / "participation.npz"), np.load(tmp_path / "full" / "participation.npz")
     assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
     for s in (summary, full_summary):
@@ -144,8 +144,8 @@ def test_sigterm_sigint_sigkill_then_resume_equal_an_uninterruptedrun_resumable(
         out, err = again.communicate(timeout=300)
         assert again.returncode == 0, out + err
         assert "resuming" in out + err
-        assert _rows(run_dir / "metrics.csv") == _rows(tmp_path / "full" / "metrics.csv")
-        assert _rows(run_dir / "rounds.csv") == _rows(tmp_path / "full" / "rounds.csv")
+        assert csv_rows(run_dir / "metrics.csv") == csv_rows(tmp_path / "full" / "metrics.csv")
+        assert csv_rows(run_dir / "rounds.csv") == csv_rows(tmp_path / "full" / "rounds.csv")
         a = json.loads((run_dir / "summary.json").read_text())
         b = json.loads((tmp_path / "full" / "summary.json").read_text())
         assert a["status"] == "completed" and a["final_test_acc"] == b["final_test_acc"]
