@@ -373,6 +373,7 @@ USER_DIRS: List[Path] = []
 def _user_config_dirs(args: List[str]) -> List[str]:
     """``args`` with ``--config-dir DIR`` / ``-cd DIR`` turned into ``hydra.searchpath=[file://DIR]``, so that the
     preflight checks and the jobs see the user's presets (added to the package's, not replacing them)."""
+    USER_DIRS.clear()  # main() may run more than once in a process (tests)
     out, i = [], 0
     while i < len(args):
         a = args[i]

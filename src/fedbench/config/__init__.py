@@ -59,18 +59,12 @@ def group_options(group: str, user_dirs: Iterable[Path] = ()) -> List[str]:
     ``CONF_DIR`` and the user's config folders (Hydra's search path), and the components registered in the
     ConfigStore."""
     register_configs()
-    stored = ConfigStore.instance().list(group) if _in_store(group) else []
+    try:
+        stored = ConfigStore.instance().list(group)
+    except OSError:  # not a ConfigStore group: YAML files only
+        stored = []
     files = [p.stem for d in (CONF_DIR, *user_dirs) for p in (Path(d) / group).glob("*.yaml")]
     return sorted({name.rsplit(".", 1)[0] for name in stored if name.endswith(".yaml")} | set(files))
-
-
-def _in_store(group: str) -> bool:
-    node = ConfigStore.instance().repo
-    for part in group.split("/"):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return isinstance(node, dict)
 
 
 def groups() -> List[str]:

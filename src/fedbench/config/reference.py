@@ -44,22 +44,16 @@ def _value(v) -> str:
 
 def _type(f) -> str:
     t = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    return t.replace("Optional[", "").rstrip("]") + (" or null" if "Optional" in str(f.type) else "") \
-        if "Optional" in str(f.type) else t
+    return t[len("Optional["):-1] + " or null" if t.startswith("Optional[") else t
 
 
 def table(cls: type, prefix: str, skip: Iterable[str] = ()) -> List[str]:
     docs = field_docs(cls)
     rows = ["| key | type | default | |", "|---|---|---|---|"]
     for f in dataclasses.fields(cls):
-        if f.name in skip or dataclasses.is_dataclass(f.default_factory if f.default_factory is not
-                                                       dataclasses.MISSING else None):
-            continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if dataclasses.is_dataclass(default):
-            continue
-        if f.type == "Any" and default is dataclasses.MISSING or repr(default) == "'???'" and f.type == "Any":
-            continue  # a config group (its options have their own tables)
+        if f.name in skip or dataclasses.is_dataclass(default) or f.type == "Any":
+            continue  # a nested Config or a config group: they have tables of their own
         kind = " \\| ".join(str(e.value) for e in type(default)) if isinstance(default, Enum) else _type(f)
         rows.append(f"| `{prefix}{f.name}` | {kind} | {_value(default)} | {docs.get(f.name, '')} |")
     return rows

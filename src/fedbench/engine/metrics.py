@@ -1,7 +1,6 @@
 """The typed records a run produces: one ``RoundRecord`` per round (``rounds.csv``, W&B ``round/*``) and one
 ``EvalRecord`` per evaluation (``metrics.csv``, W&B, the summary's history). Their field names are the CSV
-columns; ``fedbench-report`` reads the files through them (``EvalRecord.COLUMNS``), so no other module spells
-them again."""
+columns."""
 
 from __future__ import annotations
 
@@ -63,4 +62,3 @@ class EvalRecord:
 
 
 OPTIONAL = ("global_train_loss", "global_train_acc")
-EvalRecord.COLUMNS = tuple(f.name for f in dataclasses.fields(EvalRecord))  # type: ignore[attr-defined]

@@ -268,9 +268,7 @@ class Simulation:
         for k, v in state["cost"].items():
             setattr(self.trainer.cost, k, int(v))
         self.init_cost, self.elapsed = state["init_cost"], float(state["elapsed"])
-        self._loaded = state
-        for cb in self.callbacks:
-            cb.load_state_dict(state)
+        self._loaded = state  # the callbacks' part is loaded when ``run`` composes them
 
     # ---- the run --------------------------------------------------------------------------------------------
     def request_stop(self, status: str, reason: str) -> None:
