@@ -26,17 +26,25 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["logger=none", "dataset=digits", "partition=iid", "partition.num_clients=10", "rounds=4", "eval_every=2",
-        "client.lr=0.1", "client.local_steps=3", "participation.selection.clients_per_round=4",
-        "divergence_factor=null"]
+TINY = ["logger=none", "partition.num_clients=10", "rounds=4", "eval_every=2", "client.lr=0.1",
+        "client.local_steps=3", "participation.selection.clients_per_round=4", "divergence_factor=null"]
+DIGITS = ["dataset=digits", "partition=iid"]
 PARTICIPATION = ["uniform", "markov", "straggler", "dropout", "md"]
-#: (name, overrides, participation processes) of each sweep
+ALL = None  # every algorithm option
+#: (name, algorithms, overrides, participation processes) of each sweep: every algorithm under the participation
+#: processes and runners, then the data side (partitions, datasets, models) under two algorithms
 SWEEPS = [
-    ("thin", ["model=logreg", "engine.client_runner=thin"], PARTICIPATION),
-    ("auto", ["model=logreg", "engine.client_runner=auto"], PARTICIPATION[:3]),
-    ("workers", ["model=logreg", "engine.workers=2"], PARTICIPATION[:1]),
-    ("bn", ["model=mlp", "model.hidden=[16]", "model.batch_norm=true", "engine.client_runner=auto"],
+    ("thin", ALL, [*DIGITS, "model=logreg", "engine.client_runner=thin"], PARTICIPATION),
+    ("auto", ALL, [*DIGITS, "model=logreg", "engine.client_runner=auto"], PARTICIPATION[:3]),
+    ("workers", ALL, [*DIGITS, "model=logreg", "engine.workers=2"], PARTICIPATION[:1]),
+    ("bn", ALL, [*DIGITS, "model=mlp", "model.hidden=[16]", "model.batch_norm=true", "engine.client_runner=auto"],
      PARTICIPATION[:2]),
+    ("partitions", ["fedavg", "scaffold"], ["dataset=digits", "model=logreg",
+     "partition=dirichlet,shards,classes_per_client,majority_class,quantity_skew"], PARTICIPATION[:1]),
+    ("natural", ["fedavg"], ["dataset=synthetic", "dataset.num_users=10", "partition=natural", "model=logreg"],
+     PARTICIPATION[:1]),
+    ("models", ["fedavg", "moon"], ["dataset=fmnist", "partition=dirichlet", "client.batch_size=4",
+     "model=lenet5,cnn_fmnist,gradma_cnn,mlp_784_100_10,mlp_784_200_100_10_bn,mlp_fedsrc"], PARTICIPATION[:1]),
 ]
 _TIMING = ("wall_time", "elapsed", "per_s", "time_s")
 
@@ -82,12 +90,14 @@ def record(job: Path) -> dict:
     return out
 
 
-def save(dest: Path) -> None:
+def save(dest: Path, only: list) -> None:
     dest.mkdir(parents=True, exist_ok=True)
-    names, records = algorithms(), []
-    for sweep, extra, parts in SWEEPS:
+    records = []
+    for sweep, names, extra, parts in SWEEPS:
+        if only and sweep not in only:
+            continue
         out = dest / "runs" / sweep
-        cmd = [sys.executable, str(ROOT / "run.py"), "-m", f"algo={','.join(names)}",
+        cmd = [sys.executable, str(ROOT / "run.py"), "-m", f"algo={','.join(names or algorithms())}",
                f"participation={','.join(parts)}", *TINY, *extra, f"hydra.sweep.dir={out}"]
         proc = subprocess.run(cmd, cwd=dest, capture_output=True, text=True)
         print(f"{sweep}: exit {proc.returncode}", flush=True)
@@ -121,13 +131,15 @@ def compare(before: Path, after: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("save").add_argument("dest", type=Path)
+    p = sub.add_parser("save")
+    p.add_argument("dest", type=Path)
+    p.add_argument("--only", nargs="*", default=[], help="sweeps to run (default: all)")
     p = sub.add_parser("compare")
     p.add_argument("before", type=Path)
     p.add_argument("after", type=Path)
     args = parser.parse_args()
     if args.cmd == "save":
-        save(args.dest.resolve())
+        save(args.dest.resolve(), args.only)
     else:
         raise SystemExit(compare(args.before.resolve(), args.after.resolve()))
 

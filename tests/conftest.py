@@ -24,6 +24,14 @@ from fedbench.logging.run_logger import plain_config  # noqa: E402
 register_configs()
 
 
+def option(registry, name: str, **values):
+    """The config of component ``name`` of ``registry`` (a partition, model, dataset) with ``values`` set, as a
+    run composes it."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.merge(OmegaConf.structured(registry.config(name)), values)
+
+
 def compose(*overrides: str):
     """The composed config for ``overrides`` (as run.py would see it), with local-files-only logging."""
     return _compose(["logger=none", *overrides])

@@ -351,7 +351,7 @@ def test_summary_reports_memory_and_scaffold_uploads_twice(tiny_cfg, tmp_path):
 
 
 @pytest.mark.parametrize("experiment, extra", [
-    ("mimic_fmnist_roundrobin", ("partition.classes_per_client=2",)),
+    ("mimic_fmnist_roundrobin", ("partition.classes_per_client=2", "partition.max_per_client=0")),
     ("wang22_fmnist_periodic", ("algo.warmup_rounds=1",)),
     ("fedamd_fmnist", ("participation.selection.clients_per_round=4", "algo.p=0.5")),
     ("fedsrc_fmnist", ("participation.selection.clients_per_round=4",)),
@@ -365,7 +365,7 @@ def test_paper_experiment_presets_run_a_round_at_tiny_scale(experiment, extra, t
     write_fake_mnist(tmp_path / "data" / "FashionMNIST" / "raw", n_train=400, n_test=50)
     files = () if "synthetic" in experiment else ("dataset.system_dirs=[]",)  # fake FashionMNIST files only
     cfg = compose(f"experiment={experiment}", "partition.num_clients=10", "rounds=2", "client.local_steps=2",
-                  "partition.max_per_client=0", *files, *extra)
+                  *files, *extra)
     sim = make_sim(cfg, tmp_path, tmp_path / "data")
     sim.initialize()
     before = sim.x.clone()

@@ -3,22 +3,21 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fedbench.config.schema import PartitionConfig
 from fedbench.data.federated import build_federated
 from fedbench.data.idx import read_idx, write_idx
-from fedbench.data.partition import dirichlet, iid
+from fedbench.data.partition import PARTITIONERS, dirichlet, iid
 from fedbench.data.sources import load_fmnist
 from fedbench.errors import DataUnavailableError
 from fedbench.rng import numpy_rng
 
-from conftest import compose
+from conftest import compose, option
 from conftest import write_fake_mnist
 
 
 def _part(**kw):
-    base = dict(name="dirichlet", num_clients=20, alpha=0.3, min_samples=5, max_tries=100)
+    base = dict(num_clients=20, alpha=0.3, min_samples=5, max_tries=100)
     base.update(kw)
-    return OmegaConf.merge(OmegaConf.structured(PartitionConfig), base)
+    return option(PARTITIONERS, "dirichlet", **base)
 
 
 LABELS = np.repeat(np.arange(10), 200)

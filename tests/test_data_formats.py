@@ -5,15 +5,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fedbench.config.schema import ModelConfig, PartitionConfig
 from fedbench.data.augment import crop_flip
 from fedbench.data.federated import build_federated
 from fedbench.data.partition import PARTITIONERS
-from fedbench.data.sources import LOADERS
-from fedbench.models import build_model
+from fedbench.data.sources import DATASETS
+from fedbench.models import MODELS, build_model
 from fedbench.rng import numpy_rng, torch_rng
 
-from conftest import compose
+from conftest import compose, option
 from conftest import (check_evaluation, make_sim, write_fake_cifar, write_fake_dataset, write_fake_emnist, write_fake_leaf_femnist,
                      write_fake_svhn, write_fake_tiny_imagenet)
 
@@ -24,7 +23,7 @@ def _ds(name, *extra):
 
 def test_emnist_idx_transposed(tmp_path):
     arrays = write_fake_emnist(tmp_path, "digits")
-    data = LOADERS["emnist_digits"](_ds("emnist_digits", "dataset.normalize=none"), tmp_path, 0)
+    data = DATASETS["emnist_digits"](_ds("emnist_digits", "dataset.normalize=none"), tmp_path, 0)
     raw = arrays["emnist-digits-train-images-idx3-ubyte"][3]
     assert torch.allclose(data.x_train[3, 0], torch.from_numpy(raw.T.astype(np.float32) / 255))
     assert data.num_classes == 10 and data.x_test.shape == (40, 1, 28, 28)
@@ -32,7 +31,7 @@ def test_emnist_idx_transposed(tmp_path):
 
 def test_leaf_femnist_writer_split(tmp_path):
     write_fake_leaf_femnist(tmp_path, writers=6, per_writer=20)
-    data = LOADERS["emnist_balanced"](_ds("emnist_balanced", "dataset.writer_split=true"), tmp_path, 0)
+    data = DATASETS["emnist_balanced"](_ds("emnist_balanced", "dataset.writer_split=true"), tmp_path, 0)
     assert data.num_classes == 62 and data.x_train.shape == (120, 1, 28, 28)
     assert np.array_equal(np.bincount(data.natural_clients), np.full(6, 20))
     cfg = compose("dataset=emnist_balanced", "dataset.writer_split=true", "partition=natural")
@@ -44,7 +43,7 @@ def test_leaf_femnist_writer_split(tmp_path):
 def test_cifar_pickle_batches(tmp_path, hundred):
     write_fake_cifar(tmp_path, hundred=hundred)
     name = "cifar100" if hundred else "cifar10"
-    data = LOADERS[name](_ds(name), tmp_path, 0)
+    data = DATASETS[name](_ds(name), tmp_path, 0)
     assert data.x_train.shape == (300, 3, 32, 32) and data.x_test.shape == (40, 3, 32, 32)
     assert data.num_classes == (100 if hundred else 10)
     per_channel = data.x_train.mean(dim=(0, 2, 3))
@@ -53,7 +52,7 @@ def test_cifar_pickle_batches(tmp_path, hundred):
 
 def test_svhn_mat_label_ten_is_zero(tmp_path):
     write_fake_svhn(tmp_path)
-    data = LOADERS["svhn"](_ds("svhn"), tmp_path, 0)
+    data = DATASETS["svhn"](_ds("svhn"), tmp_path, 0)
     assert data.x_train.shape == (300, 3, 32, 32)
     assert int(data.y_train[9]) == 0 and int(data.y_train[0]) == 1  # stored labels 10 and 1
 
@@ -61,7 +60,7 @@ def test_svhn_mat_label_ten_is_zero(tmp_path):
 @pytest.mark.parametrize("original", [True, False])
 def test_tiny_imagenet_layouts(tmp_path, original):
     write_fake_tiny_imagenet(tmp_path, classes=4, per_class=5, original=original)
-    data = LOADERS["tiny_imagenet"](_ds("tiny_imagenet"), tmp_path, 0)
+    data = DATASETS["tiny_imagenet"](_ds("tiny_imagenet"), tmp_path, 0)
     assert data.x_train.shape == (20, 3, 64, 64) and data.x_test.shape == (12, 3, 64, 64)
     assert np.array_equal(np.bincount(data.y_test.numpy()), [3, 3, 3, 3])
 
@@ -71,19 +70,19 @@ def test_missing_files_message(tmp_path, name):
     from fedbench.errors import DataUnavailableError
 
     with pytest.raises(DataUnavailableError, match="Fix: place"):
-        LOADERS[name](_ds(name), tmp_path, 0)
+        DATASETS[name](_ds(name), tmp_path, 0)
 
 
 def test_normalize_custom_and_mnist(tmp_path):
     write_fake_cifar(tmp_path)
-    custom = LOADERS["cifar10"](_ds("cifar10", "dataset.normalize=custom", "dataset.mean=[0.5,0.5,0.5]",
+    custom = DATASETS["cifar10"](_ds("cifar10", "dataset.normalize=custom", "dataset.mean=[0.5,0.5,0.5]",
                                     "dataset.std=[0.25,0.25,0.25]"), tmp_path, 0)
-    plain = LOADERS["cifar10"](_ds("cifar10", "dataset.normalize=none"), tmp_path, 0)
+    plain = DATASETS["cifar10"](_ds("cifar10", "dataset.normalize=none"), tmp_path, 0)
     assert torch.allclose(custom.x_train, (plain.x_train - 0.5) / 0.25)
     from fedbench.errors import ConfigError
 
     with pytest.raises(ConfigError, match="dataset.mean"):
-        LOADERS["cifar10"](_ds("cifar10", "dataset.normalize=custom", "dataset.mean=[0.5]", "dataset.std=[1.0]"),
+        DATASETS["cifar10"](_ds("cifar10", "dataset.normalize=custom", "dataset.mean=[0.5]", "dataset.std=[1.0]"),
                            tmp_path, 0)
 
 
@@ -108,7 +107,7 @@ LABELS = np.repeat(np.arange(10), 120)
 
 
 def _part(name, **kw):
-    return OmegaConf.merge(OmegaConf.structured(PartitionConfig), {"name": name, "num_clients": 20, **kw})
+    return option(PARTITIONERS, name, num_clients=20, **kw)
 
 
 @pytest.mark.parametrize("name, kw", [
@@ -149,7 +148,7 @@ def test_majority_class_split():
     labels = np.repeat(np.arange(10), 1000)
     rng = numpy_rng(1, "t")
     labels = labels[rng.permutation(len(labels))]
-    cfg = OmegaConf.merge(OmegaConf.structured(PartitionConfig), {"name": "majority_class", "num_clients": 50})
+    cfg = option(PARTITIONERS, "majority_class", num_clients=50)
     owner, attrs = PARTITIONERS["majority_class"](labels, cfg, numpy_rng(0, "t"), None)
     h = np.zeros((50, 10), dtype=int)
     np.add.at(h, (owner, labels), 1)
@@ -184,7 +183,7 @@ PARAMS = [
 
 @pytest.mark.parametrize("name, kw, shape, classes, count", PARAMS)
 def test_model_parameter_counts(name, kw, shape, classes, count):
-    cfg = OmegaConf.merge(OmegaConf.structured(ModelConfig), {"name": name, **kw})
+    cfg = option(MODELS, name, **kw)
     model = build_model(cfg, shape, classes, torch_rng(0, "init"))
     assert sum(p.numel() for p in model.parameters()) == count
     assert model(torch.randn(2, *shape)).shape == (2, classes)
@@ -192,7 +191,7 @@ def test_model_parameter_counts(name, kw, shape, classes, count):
 
 @pytest.mark.parametrize("norm", ["batch", "group", "none"])
 def test_resnet_norm_switch(norm):
-    cfg = OmegaConf.merge(OmegaConf.structured(ModelConfig), {"name": "resnet20", "norm": norm})
+    cfg = option(MODELS, "resnet20", norm=norm)
     model = build_model(cfg, (3, 32, 32), 10, torch_rng(0, "init"))
     kinds = {type(m).__name__ for m in model.modules()}
     assert ({"batch": "BatchNorm2d", "group": "GroupNorm"}.get(norm, "Identity")) in kinds

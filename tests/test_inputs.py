@@ -15,8 +15,12 @@ from conftest import compose
 
 from fedbench import cli
 from fedbench.algorithms import ALGORITHMS
-from fedbench.config.checks import RANGES
+from fedbench.config import schema
+from fedbench.data.partition import PARTITIONERS
+from fedbench.data.sources import DATASETS
 from fedbench.errors import ConfigError
+from fedbench.models import MODELS
+from fedbench.options import declared_rules
 from fedbench.participation import LAYERS
 
 SMOKE = ["experiment=smoke", "logger=none", "rounds=2", "eval_every=1"]
@@ -37,31 +41,34 @@ def call(args, tmp_path, name="job"):
     return code, out.getvalue(), job
 
 
-def _option_with(layer: str, key: str) -> str:
-    registry = LAYERS[layer] if layer != "algo" else ALGORITHMS
-    for name, cls in registry.items():
-        if key in {f.name for f in dataclasses.fields(cls.Config)}:
-            return name
-    raise KeyError(key)
+def declared():
+    """(the group choices under which the key exists, dotted key, rule, is a list) of every option declared with a
+    range (``fedbench.options.option``), each key once."""
+    from fedbench.training.schedule import LRScheduleConfig
+
+    places = [([], "", schema.RootConfig), ([], "client.", schema.ClientConfig),
+              ([], "client.lr_schedule.", LRScheduleConfig), ([], "data.", schema.DataConfig),
+              ([], "engine.", schema.EngineConfig), ([], "participation.", schema.ParticipationConfig)]
+    for group, registry in (("algo", ALGORITHMS), ("dataset", DATASETS), ("partition", PARTITIONERS),
+                            ("model", MODELS)):
+        for name, component in registry.items():
+            extra = ["model=logreg"] if group == "dataset" else []
+            places.append(([f"{group}={name}", *extra], f"{group}.", component.Config))
+    for layer, registry in LAYERS.items():
+        for name, cls in registry.items():
+            places.append(([f"participation/{layer}={name}"], f"participation.{layer}.", cls.Config))
+    seen = set()
+    for ctx, prefix, cls in places:
+        types = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        for name, rule in declared_rules(cls):
+            key = prefix + name
+            if key not in seen and (rule.low is not None or rule.high is not None):
+                seen.add(key)
+                yield ctx, key, rule, types[name].startswith("List")
 
 
-def _context(key: str) -> list:
-    """The group choices under which ``key`` exists."""
-    parts = key.split(".")
-    if parts[0] == "algo" and len(parts) == 2:
-        return [f"algo={_option_with('algo', parts[1])}"]
-    if parts[0] == "participation" and len(parts) == 3:
-        return [f"participation/{parts[1]}={_option_with(parts[1], parts[2])}"]
-    if parts[0] == "dataset":
-        return ["dataset=synthetic", "model=logreg"]
-    if parts[0] == "model":
-        return ["model=mlp"]
-    return []
-
-
-def _below(rule):
-    lo, hi, lo_in, _ = rule
-    return lo - 1 if lo_in else lo
+def _value(v, is_list):
+    return f"[{v}]" if is_list else str(v)
 
 
 def generated_bad():
@@ -69,18 +76,23 @@ def generated_bad():
     with a range rule, negative values of unruled numbers, unknown keys and options in every group, deletions,
     '+' additions, special keys, bad interpolations."""
     cases = []
-    for i, (key, rule) in enumerate(sorted(RANGES.items())):
-        ctx = _context(key)
-        cases.append(([*ctx, f"{key}={_below(rule)}"], key))
-        if rule[1] is not None:
-            cases.append(([*ctx, f"{key}={rule[1] + (0 if not rule[3] else 1)}"], key))
+    for i, (ctx, key, rule, is_list) in enumerate(declared()):
+        if rule.low is not None:
+            cases.append(([*ctx, f"{key}={_value(rule.low - 1 if rule.ge is not None else rule.low, is_list)}"], key))
+        if rule.high is not None:
+            cases.append(([*ctx, f"{key}={_value(rule.high + 1 if rule.le is not None else rule.high, is_list)}"],
+                          key))
         if i % 4 == 0:  # non-finite values: a quarter of the keys (one rule checks them all)
-            cases.append(([*ctx, f"{key}=nan"], key))
-    for key in ("client.weight_decay", "client.grad_noise", "partition.min_samples", "partition.seed_samples",
-                "engine.num_threads", "participation.min_available", "algo.mu", "algo.alpha", "algo.rho_l"):
-        cases.append(([*_context(key), f"{key}=-0.5"], key))
-    for key in ("client.lr", "algo.server_lr", "algo.eta", "client.grad_noise"):
-        cases.append(([*_context(key), f"{key}=inf"], key))
+            cases.append(([*ctx, f"{key}={_value('nan', is_list)}"], key))
+    for ctx, key in (([], "client.weight_decay"), ([], "client.grad_noise"), (["partition=dirichlet"],
+                     "partition.min_samples"), (["partition=dirichlet"], "partition.seed_samples"),
+                     ([], "engine.num_threads"), ([], "participation.min_available"), (["algo=fedprox"], "algo.mu"),
+                     (["algo=feddyn"], "algo.alpha"), (["algo=fedamd"], "algo.anchor_batch"),
+                     (["algo=gradma"], "algo.rho_l")):
+        cases.append(([*ctx, f"{key}=-0.5"], key))
+    for ctx, key in (([], "client.lr"), ([], "algo.server_lr"), (["algo=amplified_fedavg"], "algo.eta"),
+                     ([], "client.grad_noise")):
+        cases.append(([*ctx, f"{key}=inf"], key))
     for key in ("rounds", "client.batch_size", "seed", "client.lr"):
         cases.append(([f"{key}=abc"], key))
     for group in ("algo", "dataset", "model", "partition", "participation", "engine", "logger", "experiment",

@@ -1,9 +1,12 @@
-"""A tiny name -> component registry: classes (algorithms, participation layers, each with its ``Config``
-beside it) or factory functions (models, partitions, datasets), registered with ``@REGISTRY.register(name)``."""
+"""A tiny name -> component registry. Every component -- an algorithm or participation layer (a class), a model,
+partition or dataset (a factory function) -- is registered with ``@REGISTRY.register(name)`` and carries its typed
+``Config`` beside it: a class declares ``class Config`` inside itself; a function names it, ``register(name,
+config=Cls, **defaults)``, where ``defaults`` are the few values in which this component's option differs from the
+shared Config's (``cifar10``'s train-time augmentation). The config layer stores each as an option of its group."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, TypeVar
+from typing import Any, Callable, Dict, Optional, TypeVar
 
 T = TypeVar("T")
 
@@ -13,17 +16,27 @@ class Registry(Dict[str, Any]):
         super().__init__()
         self.what = what
 
-    def register(self, name: str) -> Callable[[T], T]:
-        def deco(cls: T) -> T:
+    def register(self, name: str, config: Optional[type] = None, **defaults: Any) -> Callable[[T], T]:
+        def deco(obj: T) -> T:
             if name in self:
                 raise ValueError(f"{self.what} '{name}' registered twice")
-            cls.name = name  # type: ignore[attr-defined]
-            if "Config" in vars(cls):  # the Config beside it: its kind and name default to this name
-                cls.Config.registered_as = name  # type: ignore[attr-defined]
-            self[name] = cls  # type: ignore[assignment]
-            return cls
+            obj.name = name  # type: ignore[attr-defined]
+            if config is not None:
+                obj.Config = config  # type: ignore[attr-defined]
+            elif isinstance(obj, type) and "Config" in vars(obj):  # its kind and name default to this name
+                obj.Config.registered_as = name  # type: ignore[attr-defined]
+            obj.defaults = dict(defaults)  # type: ignore[attr-defined]
+            self[name] = obj  # type: ignore[assignment]
+            return obj
 
         return deco
+
+    def config(self, name: str) -> Any:
+        """The option ``name`` of this group as a Config instance (its name and registered defaults filled in)."""
+        obj = self[name]
+        if getattr(obj.Config, "registered_as", None) == name:
+            return obj.Config()
+        return obj.Config(name=name, **obj.defaults)
 
     def get_class(self, name: str) -> Any:
         from fedbench.errors import FedbenchError

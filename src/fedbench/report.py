@@ -33,13 +33,14 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import yaml
 
+from fedbench.engine.metrics import COST_AXES, CURVES, DERIVED, label
 from fedbench.tree import flatten
 
 #: config keys that never separate groups: the seed, and what only changes where or how a run is logged
 IGNORED = ("seed", "data.seed", "data.root", "data.cache", "logger.*", "resume", "checkpoint_every",
            "checkpoint_keep", "engine.client_state_dir", "engine.num_threads", "hydra.*")
-METRICS = (("test_acc", "test accuracy"), ("test_loss", "test loss"), ("train_loss", "training loss"))
-AXES = (("round", "rounds"), ("grad_evals", "gradient evaluations"), ("floats", "floats communicated"))
+METRICS = tuple((c, label(c)) for c in CURVES)
+AXES = tuple((c, label(c)) for c in COST_AXES)
 STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1)), "v"), ((0, (3, 1, 1, 1, 1, 1)), "x")]
 
 
@@ -81,8 +82,9 @@ def _read_csv(path: Path) -> Dict[str, np.ndarray]:
             out[key] = np.array([float(r[key]) if r[key] != "" else math.nan for r in rows])
         except ValueError:
             continue
-    if "floats_up" in out and "floats_down" in out:
-        out["floats"] = out["floats_up"] + out["floats_down"]
+    for name, (_, parts) in DERIVED.items():
+        if all(p in out for p in parts):
+            out[name] = sum(out[p] for p in parts)
     return out
 
 

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Aggregation, Algorithm
-from fedbench.errors import require
 from fedbench.participation.base import RoundParticipation
+from fedbench.options import option
 
 
 class Mode(Enum):
@@ -42,19 +42,14 @@ class AmplifiedFedAvg(Algorithm):
         """``server_lr`` scales every round's step (and so the window sum u); 1 is the paper's."""
 
         aggregation: Aggregation = Aggregation.normalized
-        eta: float = 10.0
-        period: int = 500
+        eta: float = option(10.0, gt=0)
+        period: int = option(500, ge=1)
         warmup_rounds: int = 0
-        warmup_lr: Optional[float] = None  # null: client.lr
+        warmup_lr: Optional[float] = option(None, gt=0)  # null: client.lr
         mode: Mode = Mode.amplified
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        require(cfg.eta > 0, "algo.eta", f"{cfg.eta} is not positive.", "use eta > 0 (1 = FedAvg; the paper uses 10).")
-        require(cfg.period >= 1, "algo.period", f"{cfg.period}.", "use an amplification interval P >= 1 rounds.")
-        require(cfg.warmup_rounds >= 0, "algo.warmup_rounds", f"{cfg.warmup_rounds}.", "use warmup_rounds >= 0.")
-        require(cfg.warmup_lr is None or cfg.warmup_lr > 0, "algo.warmup_lr", f"{cfg.warmup_lr}.",
-                "use a positive learning rate or null.")
         self.mode = Mode(cfg.mode)
         self.u = self.declare("window_update", torch.zeros(ctx.dim, device=ctx.device))
 

@@ -38,6 +38,7 @@ from fedbench.algorithms.server_optimizer import ServerOptimizer, ServerStep
 from fedbench.errors import ConfigError
 from fedbench.records import ClientUpdate, RoundContext, StepHook
 from fedbench.registry import Registry
+from fedbench.options import option
 
 if TYPE_CHECKING:
     from fedbench.training.trainer import ClientTrainer
@@ -67,11 +68,11 @@ class AlgoConfig:
     kind: str = ""
     weighting: Weighting = Weighting.uniform
     aggregation: Aggregation = Aggregation.unbiased
-    server_lr: float = 1.0
+    server_lr: float = option(1.0, gt=0)
     server_optimizer: ServerOptimizer = ServerOptimizer.sgd  # fedbench.algorithms.server_optimizer (Reddi et al.)
-    server_momentum: float = 0.9  # beta1 of momentum / adam / yogi / adagrad
-    server_beta2: float = 0.99  # adam / yogi
-    server_tau: float = 1e-3  # adam / yogi / adagrad: adaptivity (v starts at tau^2)
+    server_momentum: float = option(0.9, ge=0, lt=1)  # beta1 of momentum / adam / yogi / adagrad
+    server_beta2: float = option(0.99, ge=0, le=1)  # adam / yogi
+    server_tau: float = option(1e-3, gt=0)  # adam / yogi / adagrad: adaptivity (v starts at tau^2)
 
     def __post_init__(self):
         self.kind = self.kind or getattr(type(self), "registered_as", "")

@@ -52,7 +52,6 @@ class BVRLSGD(Algorithm):
         super().__init__(cfg, ctx)
         require(Aggregation(cfg.aggregation) == Aggregation.normalized, "algo.aggregation",
                 f"'{cfg.aggregation}': BVR-L-SGD's synchronisation is the participants' mean.", "use normalized.")
-        require(cfg.inner_rounds >= 0, "algo.inner_rounds", f"{cfg.inner_rounds}.", "use R >= 1, or 0 for auto.")
         self.cycle = cfg.inner_rounds or math.ceil(1 + float(ctx.sizes.mean()) / (ctx.local_steps * ctx.batch_size))
         self.code = Refresh(cfg.refresh) == Refresh.code
         self.direction = self.declare("direction", torch.zeros(ctx.dim, device=ctx.device))

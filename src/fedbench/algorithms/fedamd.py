@@ -33,6 +33,7 @@ from fedbench.algorithms.recursive import RecursiveGradient
 from fedbench.errors import require
 from fedbench.records import ClientUpdate, RoundContext
 from fedbench.rng import numpy_rng
+from fedbench.options import option
 
 
 class Schedule(Enum):
@@ -73,8 +74,8 @@ class FedAMD(Algorithm):
         aggregation: Aggregation = Aggregation.normalized  # the paper's mean over the nu miners
         schedule: Schedule = Schedule.constant
         p: str = "auto"  # constant schedule: a probability, auto (Cor. 4.9) or bound (Thm 4.8 minimizer)
-        c: float = 1.0  # divisor of the auto / bound probability (Cor. 4.9's c >= 1)
-        tau: int = 2  # sequential schedule period
+        c: float = option(1.0, ge=1)  # divisor of the auto / bound probability (Cor. 4.9's c >= 1)
+        tau: int = option(2, ge=1)  # sequential schedule period
         phase: int = 0  # sequential: anchor rounds are those with (t - phase) mod tau = 0
         anchor_batch: int = 0  # b; 0 = the client's full local data
         cache_init: CacheInit = CacheInit.gradient
@@ -92,9 +93,6 @@ class FedAMD(Algorithm):
                 self.fixed_p = math.nan
             require(0 <= self.fixed_p <= 1, "algo.p", f"'{cfg.p}' is not a probability.",
                     "use a value in [0, 1], auto ((2/(A+2))^(1/A) / c) or bound (Thm 4.8's minimizer / c).")
-        require(cfg.c >= 1, "algo.c", f"{cfg.c} < 1.", "use c >= 1 (Cor. 4.9).")
-        require(cfg.tau >= 1, "algo.tau", f"{cfg.tau}.", "use tau >= 1 (the paper's sequential schedule: 2).")
-        require(cfg.anchor_batch >= 0, "algo.anchor_batch", f"{cfg.anchor_batch}.", "use 0 (all data) or b > 0.")
         self.cache_at = CacheAt(cfg.cache)
         self.gbar = self.declare("global_bullseye", torch.zeros(ctx.dim, device=ctx.device))
         self.cache = self.declare_table("caching_gradient")

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 from fedbench.errors import require
 from fedbench.records import StepHook
+from fedbench.options import option
 
 
 class BranchHook(StepHook):
@@ -65,4 +66,4 @@ class FedMLB(Branched, Algorithm):
     class Config(AlgoConfig):
         lambda1: float = 1.0
         lambda2: float = 1.0
-        temperature: float = 1.0
+        temperature: float = option(1.0, gt=0)

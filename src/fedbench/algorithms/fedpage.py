@@ -26,6 +26,7 @@ from fedbench.errors import require
 from fedbench.participation.base import RoundParticipation
 from fedbench.records import ClientUpdate
 from fedbench.rng import numpy_rng
+from fedbench.options import option
 
 
 @ALGORITHMS.register("fedpage")
@@ -36,7 +37,7 @@ class FedPAGE(Algorithm):
 
     @dataclass
     class Config(AlgoConfig):
-        p_page: float = 0.5  # probability of a full round (FedAMD's FMNIST code: 0.5, EMNIST code: 0.2)
+        p_page: float = option(0.5, ge=0, le=1)  # probability of a full round (FedAMD's FMNIST code: 0.5, EMNIST code: 0.2)
         carry_server_lr: bool = False  # official code: the recursion carries eta_s d_t
 
     def __init__(self, cfg, ctx):

@@ -34,6 +34,7 @@ from fedbench import qp
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 from fedbench.errors import require
 from fedbench.records import StepHook
+from fedbench.options import option
 
 CHUNK = 1 << 15  # entries per row in one block of the server's inner products
 GRAM_TOL = 1e-6  # KKT tolerance of the server QP, whose Gram entries come from float32 products
@@ -102,8 +103,8 @@ class GradMA(Algorithm):
     class Config(AlgoConfig):
         worker_qp: bool = True
         server_qp: bool = True
-        beta1: float = 0.5  # server momentum (README example; the code's default is 0.9)
-        beta2: float = 0.5  # memory decay (README example; the code's default is 0)
+        beta1: float = option(0.5, ge=0, le=1)  # server momentum (README example; the code's default is 0.9)
+        beta2: float = option(0.5, ge=0, le=1)  # memory decay (README example; the code's default is 0)
         memory_size: int = 100  # m, entries of D; 0 = no memory (FedAvgM)
         qp_mode: QPMode = QPMode.flat
         prev_anchor: PrevAnchor = PrevAnchor.last_local

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
-from fedbench.errors import require
 from fedbench.records import Affine, StepHook
+from fedbench.options import option
 
 
 class FrozenMomentumHook(StepHook):
@@ -34,11 +34,10 @@ class MimeLite(Algorithm):
     affine_steps = True
     @dataclass
     class Config(AlgoConfig):
-        beta: float = 0.9
+        beta: float = option(0.9, ge=0, lt=1)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        require(0 <= cfg.beta < 1, "algo.beta", f"{cfg.beta} is outside [0, 1).", "use e.g. beta = 0.9.")
         self.momentum = self.declare("momentum", torch.zeros(ctx.dim, device=ctx.device))
 
     def begin_round(self, rc, x):

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 from fedbench.errors import require
 from fedbench.records import StepHook
+from fedbench.options import option
 
 
 def contrastive(z: torch.Tensor, z_global: torch.Tensor, z_prev: torch.Tensor, tau: float) -> torch.Tensor:
@@ -70,4 +71,4 @@ class Moon(Contrastive, Algorithm):
     @dataclass
     class Config(AlgoConfig):
         mu: float = 1.0
-        temperature: float = 0.5
+        temperature: float = option(0.5, gt=0)

@@ -1,10 +1,10 @@
 """The config tree: ``CONF_DIR`` (the YAML presets), the schemas registered in Hydra's ConfigStore, and the options
 of each config group.
 
-Each option is declared once, in its component's ``Config`` dataclass: the registry's components (algorithms,
-participation layers) are stored in the ConfigStore as config-group options of their own (``algo=fedavg`` needs no
-YAML file), and YAML files under ``conf/`` hold only what a preset changes (``conf/algo/fedavgm.yaml``:
-``kind`` fedavg with ``server_optimizer: momentum``)."""
+Each option is declared once, in its component's ``Config`` dataclass: the registries' components (algorithms,
+participation layers, datasets, partitions, models) are stored in the ConfigStore as config-group options of their
+own (``algo=fedavg`` and ``model=lenet5`` need no YAML file), and YAML files under ``conf/`` hold only what a preset
+changes (``conf/algo/fedavgm.yaml``: ``kind`` fedavg with ``server_optimizer: momentum``)."""
 
 from __future__ import annotations
 
@@ -31,26 +31,26 @@ def register_configs() -> None:
     if _registered:
         return
     from fedbench.algorithms import ALGORITHMS
+    from fedbench.data.partition import PARTITIONERS
+    from fedbench.data.sources import DATASETS
+    from fedbench.models import MODELS
     from fedbench.participation import LAYERS
 
     OmegaConf.register_new_resolver("uid", lambda: _UID, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="root_schema", node=schema.RootConfig)
-    cs.store(group="schema/dataset", name="image", node=schema.ImageDatasetConfig)
-    cs.store(group="schema/dataset", name="digits", node=schema.DigitsConfig)
-    cs.store(group="schema/dataset", name="synthetic", node=schema.SyntheticConfig)
-    cs.store(group="schema/partition", name="partition", node=schema.PartitionConfig)
-    cs.store(group="schema/model", name="model", node=schema.ModelConfig)
     cs.store(group="schema/participation", name="participation", node=schema.ParticipationConfig)
     cs.store(group="schema/engine", name="engine", node=schema.EngineConfig)
     cs.store(group="schema/logger", name="logger", node=schema.LoggerConfig)
-    for name, cls in ALGORITHMS.items():
-        cs.store(group="schema/algo", name=name, node=cls.Config())
-        cs.store(group="algo", name=name, node=cls.Config())
+    for group, registry in (("algo", ALGORITHMS), ("dataset", DATASETS), ("partition", PARTITIONERS),
+                            ("model", MODELS)):
+        for name in registry:
+            cs.store(group=f"schema/{group}", name=name, node=registry.config(name))
+            cs.store(group=group, name=name, node=registry.config(name))
     for layer, registry in LAYERS.items():
-        for name, cls in registry.items():
-            cs.store(group=f"schema/participation/{layer}", name=name, node=cls.Config)
-            cs.store(group=f"participation/{layer}", name=name, node=cls.Config)
+        for name in registry:
+            cs.store(group=f"schema/participation/{layer}", name=name, node=registry.config(name))
+            cs.store(group=f"participation/{layer}", name=name, node=registry.config(name))
     _registered = True
 
 

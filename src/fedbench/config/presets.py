@@ -24,15 +24,16 @@ from fedbench.errors import ConfigError
 def _schema_fields(group: str) -> Set[str]:
     """Every key some registered option of ``group`` accepts (empty when the group has no registry)."""
     from fedbench.algorithms import ALGORITHMS
+    from fedbench.data.partition import PARTITIONERS
+    from fedbench.data.sources import DATASETS
+    from fedbench.models import MODELS
     from fedbench.participation import LAYERS
 
-    if group == "algo":
-        classes: Iterable = [cls.Config for _, cls in ALGORITHMS.items()]
-    elif group.startswith("participation.") and group.split(".", 1)[1] in LAYERS:
-        classes = [cls.Config for _, cls in LAYERS[group.split(".", 1)[1]].items()]
-    else:
+    registries = {"algo": ALGORITHMS, "dataset": DATASETS, "partition": PARTITIONERS, "model": MODELS,
+                  **{f"participation.{layer}": registry for layer, registry in LAYERS.items()}}
+    if group not in registries:
         return set()
-    return {f.name for c in classes for f in dataclasses.fields(c)}
+    return {f.name for component in registries[group].values() for f in dataclasses.fields(component.Config)}
 
 
 def algo_kind(name: str) -> str:

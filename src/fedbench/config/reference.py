@@ -47,38 +47,65 @@ def _type(f) -> str:
     return t[len("Optional["):-1] + " or null" if t.startswith("Optional[") else t
 
 
-def table(cls: type, prefix: str, skip: Iterable[str] = ()) -> List[str]:
-    docs = field_docs(cls)
-    rows = ["| key | type | default | |", "|---|---|---|---|"]
-    for f in dataclasses.fields(cls):
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+def _allowed(f) -> str:
+    from fedbench.options import rule_of
+
+    rule = rule_of(f)
+    if rule.choices:
+        return " \\| ".join(rule.choices)
+    if rule.describe or rule.interval():
+        return rule.describe or rule.interval()
+    numeric = re.search(r"\b(int|float)\b", str(f.type))
+    return ("any" if rule.signed else ">= 0") if numeric else ""
+
+
+def _default(config, f):
+    if not isinstance(config, type):
+        return getattr(config, f.name)
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def table(config, prefix: str, skip: Iterable[str] = ()) -> List[str]:
+    """The rows of a Config class (its defaults) or instance (a registered option's values)."""
+    docs = field_docs(config if isinstance(config, type) else type(config))
+    rows = ["| key | type | default | allowed | |", "|---|---|---|---|---|"]
+    for f in dataclasses.fields(config):
+        default = _default(config, f)
         if f.name in skip or dataclasses.is_dataclass(default) or f.type == "Any":
             continue  # a nested Config or a config group: they have tables of their own
         kind = " \\| ".join(str(e.value) for e in type(default)) if isinstance(default, Enum) else _type(f)
-        rows.append(f"| `{prefix}{f.name}` | {kind} | {_value(default)} | {docs.get(f.name, '')} |")
+        rows.append(f"| `{prefix}{f.name}` | {kind} | {_value(default)} | {_allowed(f)} | {docs.get(f.name, '')} |")
     return rows
 
 
-def sections() -> List[Tuple[str, type, str, Tuple[str, ...]]]:
-    """(title, Config class, key prefix, keys left out) of every component, in page order."""
+def _differing(config, base: type) -> Tuple[str, ...]:
+    """The keys of ``base`` whose value in ``config`` is base's default: a component's table leaves them out."""
+    own = {f.name: _default(config, f) for f in dataclasses.fields(config)}
+    return tuple(f.name for f in dataclasses.fields(base) if own.get(f.name) == _default(base, f) or f.name == "name")
+
+
+def sections() -> List[Tuple[str, object, str, Tuple[str, ...]]]:
+    """(title, Config class or instance, key prefix, keys left out) of every component, in page order."""
     from fedbench.algorithms import ALGORITHMS
     from fedbench.algorithms.base import AlgoConfig
     from fedbench.config import schema
+    from fedbench.data.partition import PARTITIONERS, PartitionConfig
+    from fedbench.data.sources import DATASETS, DatasetConfig
+    from fedbench.models import MODELS
+    from fedbench.models.base import ModelConfig
     from fedbench.participation import LAYERS
     from fedbench.training.schedule import LRScheduleConfig
 
     out = [("Run (top level)", schema.RootConfig, "", ()), ("client", schema.ClientConfig, "client.", ()),
            ("client.lr_schedule", LRScheduleConfig, "client.lr_schedule.", ()), ("data", schema.DataConfig, "data.", ()),
            ("engine", schema.EngineConfig, "engine.", ()), ("logger", schema.LoggerConfig, "logger.", ()),
-           ("dataset: image datasets", schema.ImageDatasetConfig, "dataset.", ()),
-           ("dataset=digits", schema.DigitsConfig, "dataset.", ()),
-           ("dataset=synthetic", schema.SyntheticConfig, "dataset.", ()),
-           ("partition", schema.PartitionConfig, "partition.", ()), ("model", schema.ModelConfig, "model.", ()),
-           ("participation", schema.ParticipationConfig, "participation.", ("availability", "selection", "dropout")),
-           ("algo: keys of every algorithm", AlgoConfig, "algo.", ())]
-    common = {f.name for f in dataclasses.fields(AlgoConfig)}
-    for name, cls in sorted(ALGORITHMS.items()):
-        out.append((f"algo={name}", cls.Config, "algo.", tuple(common)))
+           ("participation", schema.ParticipationConfig, "participation.", ("availability", "selection", "dropout"))]
+    for group, registry, base in (("dataset", DATASETS, DatasetConfig), ("partition", PARTITIONERS, PartitionConfig),
+                                  ("model", MODELS, ModelConfig), ("algo", ALGORITHMS, AlgoConfig)):
+        out.append((f"{group}: keys of every {registry.what}", base, f"{group}.", ("name",)))
+        for name in sorted(registry):
+            config = registry.config(name)
+            out.append((f"{group}={name}", config, f"{group}.", _differing(config, base)))
     for layer, registry in LAYERS.items():
         for name, cls in sorted(registry.items()):
             out.append((f"participation/{layer}={name}", cls.Config, f"participation.{layer}.", ("kind",)))
@@ -89,10 +116,12 @@ def options_markdown() -> str:
     lines = ["# Options", "",
              "Every option of every component, generated from its Config dataclass by `scripts/gen_options.py`",
              "(a test fails when this page is out of date). Set any of them on the command line",
-             "(`algo.server_lr=0.5`); presets under `conf/` set only what differs from these defaults.", ""]
-    for title, cls, prefix, skip in sections():
-        rows = table(cls, prefix, skip)
+             "(`algo.server_lr=0.5`); presets under `conf/` set only what differs from these defaults.",
+             "The *allowed* column is the rule a run checks before it starts (every number must also be finite).", ""]
+    for title, config, prefix, skip in sections():
+        rows = table(config, prefix, skip)
         lines += [f"## {title}", ""]
+        cls = config if isinstance(config, type) else type(config)
         doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
         if doc and not doc.startswith(cls.__name__ + "("):
             lines += [doc, ""]

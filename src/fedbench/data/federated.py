@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from fedbench.data.augment import crop_flip
 from fedbench.data.partition import PARTITIONERS
-from fedbench.data.sources import LOADERS, CentralData
+from fedbench.data.sources import DATASETS, CentralData
 from fedbench.errors import require
 from fedbench.rng import numpy_rng
 
@@ -132,7 +132,7 @@ def _write_cache(path: Path, owner: np.ndarray, attrs: dict) -> None:
 
 def build_federated(dataset_cfg: Any, partition_cfg: Any, root: Path, seed: int, cache: bool) -> FederatedData:
     """Load the dataset, partition it (or reuse a cached partition with the same inputs), sort by client."""
-    central = LOADERS.get_class(dataset_cfg.name)(dataset_cfg, root, seed)
+    central = DATASETS.get_class(dataset_cfg.name)(dataset_cfg, root, seed)
     labels = central.y_train.numpy()
     part_dict = OmegaConf.to_container(partition_cfg, resolve=True, enum_to_str=True)
     key = json.dumps({"data": _fingerprint(central), "partition": part_dict, "seed": seed}, sort_keys=True)

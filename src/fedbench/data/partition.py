@@ -1,6 +1,6 @@
 """Partitioners: assign every training sample to at most one client.
 
-A partitioner maps (labels, config, rng, natural split) to ``(owner, attrs)``: a per-sample client id array (-1:
+A partitioner, registered with its Config beside it, maps (labels, config, rng, natural split) to ``(owner, attrs)``: a per-sample client id array (-1:
 the sample is not used, e.g. beyond a per-client cap) and
 per-client attributes (e.g. ``majority_label``) that participation processes may use. Results are cached on disk
 under a hash of their inputs, so every algorithm and every job of a sweep reuses the same split.
@@ -8,14 +8,70 @@ under a hash of their inputs, so every algorithm and every job of a sweep reuses
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
+from omegaconf import MISSING
 
 from fedbench.errors import ConfigError, require
+from fedbench.options import option
 from fedbench.registry import Registry
 
 Result = Tuple[np.ndarray, Dict[str, np.ndarray]]
+PARTITIONERS = Registry("partition")
+
+
+@dataclass
+class PartitionConfig:
+    """The options of every partition (``iid`` has no others)."""
+
+    name: str = MISSING
+    num_clients: int = option(100, ge=1)
+
+
+@dataclass
+class DirichletConfig(PartitionConfig):
+    alpha: float = option(0.3, gt=0)  # concentration of the per-class client proportions
+    min_samples: int = 10  # every client gets at least this many samples
+    max_tries: int = option(1000, ge=1)  # re-draws allowed to satisfy min_samples
+    equal_sizes: bool = False  # FedSRC-D code's per-client q_i ~ Dir(alpha * prior), floor(n/N) each
+    seed_samples: int = 0  # every client first gets this many random samples (GradMA's code: 2)
+
+
+@dataclass
+class ShardsConfig(PartitionConfig):
+    shards_per_client: int = option(2, ge=1)
+
+
+class ClassesScheme(Enum):
+    balanced = "balanced"  # FedAMD: every label held by the same number of clients, equal shares
+    mimic = "mimic"  # MimiC / NIID-Bench #C=k: client i holds label i mod C plus k-1 random others
+
+
+@dataclass
+class ClassesPerClientConfig(PartitionConfig):
+    classes_per_client: int = option(2, ge=1)  # k
+    scheme: ClassesScheme = ClassesScheme.balanced
+    max_per_client: int = 0  # scheme=mimic: cap on a client's samples (2000 in MimiC), 0 = none
+
+
+@dataclass
+class MajorityClassConfig(PartitionConfig):
+    num_clients: int = option(250, ge=1)  # Wang & Ji (2022)
+    similarity: float = option(0.05, ge=0, le=1)  # fraction of samples sent to a uniformly random client
+
+
+@dataclass
+class QuantitySkewConfig(PartitionConfig):
+    sigma: float = option(1.0, gt=0)  # log-normal sigma of client sizes
+    min_samples: int = 10  # every client gets at least this many samples
+
+
+@dataclass
+class NaturalConfig(PartitionConfig):
+    num_clients: int = option(0, ge=0)  # 0 = the dataset's own user count
 
 
 def _from_lists(parts: list, num: int) -> np.ndarray:
@@ -32,11 +88,13 @@ def _require_room(cfg: Any, num: int) -> None:
             "lower partition.min_samples or partition.num_clients.")
 
 
+@PARTITIONERS.register("iid", config=PartitionConfig)
 def iid(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
     """Uniformly shuffled, near-equal client sizes."""
     return _from_lists(np.array_split(rng.permutation(len(labels)), cfg.num_clients), len(labels)), {}
 
 
+@PARTITIONERS.register("dirichlet", config=DirichletConfig)
 def dirichlet(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
     """Label skew by Dirichlet proportions.
 
@@ -50,7 +108,6 @@ def dirichlet(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: O
     class by class from the pools until it holds floor(n/N); an emptied class is removed from q_i.
     """
     n, num = cfg.num_clients, len(labels)
-    require(cfg.alpha > 0, "partition.alpha", f"{cfg.alpha} is not positive.", "use alpha > 0 (e.g. 0.3).")
     require(0 <= cfg.seed_samples * n <= num, "partition.seed_samples", f"{cfg.seed_samples} per client.",
             f"use 0 (off) or k >= 1 with k x {n} clients <= {num} samples (GradMA's code: 2).")
     _require_room(cfg, num)
@@ -116,10 +173,11 @@ def _dirichlet_equal(labels, classes, n, alpha, rng) -> np.ndarray:
     return owner  # the n mod N samples left over stay unassigned (-1), as in the code
 
 
+@PARTITIONERS.register("shards", config=ShardsConfig)
 def shards(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
     """McMahan et al. (2017): sort by label, cut into N * shards_per_client equal shards, deal them at random."""
     n, k = cfg.num_clients, cfg.shards_per_client
-    require(k >= 1 and n * k <= len(labels), "partition.shards_per_client",
+    require(n * k <= len(labels), "partition.shards_per_client",
             f"{n} clients x {k} shards does not fit {len(labels)} samples.", "use fewer shards or clients.")
     order = np.argsort(labels, kind="stable")
     pieces = np.array_split(order, n * k)
@@ -128,6 +186,7 @@ def shards(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Opti
                        len(labels)), {}
 
 
+@PARTITIONERS.register("classes_per_client", config=ClassesPerClientConfig)
 def classes_per_client(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
     """Each client holds k distinct classes.
 
@@ -168,6 +227,7 @@ def classes_per_client(labels: np.ndarray, cfg: Any, rng: np.random.Generator, n
     return owner, {"majority_label": held[:, 0].astype(np.int64)}
 
 
+@PARTITIONERS.register("majority_class", config=MajorityClassConfig)
 def majority_class(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
     """Wang & Ji (2022, App. D): client n's majority label is the i with round(iN/C) <= n < round((i+1)N/C).
     Samples are assigned in dataset order: with probability ``similarity`` to a uniformly random client, else to
@@ -177,8 +237,6 @@ def majority_class(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natur
     c = len(classes)
     require(n >= c, "partition.num_clients", f"{n} clients cannot each have one of {c} majority labels.",
             f"use partition.num_clients >= {c}.")
-    require(0 <= cfg.similarity <= 1, "partition.similarity", f"{cfg.similarity} is not a probability.",
-            "use a value in [0, 1].")
     bounds = np.round(np.arange(c + 1) * n / c).astype(np.int64)
     major = np.searchsorted(bounds, np.arange(n), side="right") - 1
     members = [np.arange(bounds[i], bounds[i + 1]) for i in range(c)]
@@ -198,6 +256,7 @@ def majority_class(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natur
     return owner, {"majority_label": classes[major].astype(np.int64)}
 
 
+@PARTITIONERS.register("quantity_skew", config=QuantitySkewConfig)
 def quantity_skew(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
     """Quantity skew: client sizes proportional to LogNormal(0, sigma) draws (at least ``min_samples``), samples
     drawn IID."""
@@ -210,6 +269,7 @@ def quantity_skew(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natura
     return _from_lists(np.split(rng.permutation(num), np.cumsum(sizes)[:-1]), num), {}
 
 
+@PARTITIONERS.register("natural", config=NaturalConfig)
 def natural(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Optional[np.ndarray]) -> Result:
     """The dataset's own per-user split (LEAF-style: Synthetic(alpha, beta), FEMNIST writers)."""
     if natural is None:
@@ -223,7 +283,3 @@ def natural(labels: np.ndarray, cfg: Any, rng: np.random.Generator, natural: Opt
             f"set partition.num_clients={users} (or 0 to take the dataset's count).")
     return natural.astype(np.int64), {}
 
-
-PARTITIONERS = Registry("partition")
-PARTITIONERS.update({"iid": iid, "dirichlet": dirichlet, "shards": shards, "classes_per_client": classes_per_client,
-                     "majority_class": majority_class, "quantity_skew": quantity_skew, "natural": natural})

@@ -1,8 +1,9 @@
 """Centralized datasets as in-memory tensors, before partitioning.
 
-Each loader returns a ``CentralData`` with float32 inputs already normalized and int64 labels. File-based
-datasets look in ``data.root`` (and in ``dataset.system_dirs``, e.g. Debian's ``/usr/share/datasets/fashion-mnist``), download
-only when ``dataset.download=true``, and otherwise fail with a message naming the files and where to put them.
+Each loader is registered in ``DATASETS`` with its Config beside it and returns a ``CentralData`` with float32 inputs
+already normalized and int64 labels. File-based datasets look in ``data.root`` (and in ``dataset.system_dirs``, e.g.
+Debian's ``/usr/share/datasets/fashion-mnist``), download only when ``dataset.download=true``, and otherwise fail
+with a message naming the files and where to put them.
 """
 
 from __future__ import annotations
@@ -10,18 +11,81 @@ from __future__ import annotations
 import json
 import pickle
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
+from omegaconf import MISSING
 
 from fedbench.data.idx import read_idx
 from fedbench.errors import DataUnavailableError, require
+from fedbench.options import option
 from fedbench.registry import Registry
 from fedbench.rng import numpy_rng
 
 MNIST_STATS = ((0.1307,), (0.3081,))
+DATASETS = Registry("dataset")
+
+
+class Normalization(Enum):
+    own = "own"  # per-channel mean/std of the dataset's own training split (computed when loaded)
+    mnist = "mnist"  # MNIST statistics (0.1307, 0.3081), as several papers did for FashionMNIST
+    custom = "custom"  # the config's mean / std lists
+    none = "none"
+
+
+class Augment(Enum):
+    none = "none"
+    per_sample = "per_sample"  # random crop (zero padding 4) + horizontal flip, drawn per image
+    batch_level = "batch_level"  # one crop offset and one flip per minibatch (Wang & Ji's code, torchvision 0.8)
+
+
+@dataclass
+class DatasetConfig:
+    """The options of every dataset: how its inputs are normalized."""
+
+    name: str = MISSING
+    normalize: Normalization = Normalization.own
+    mean: List[float] = field(default_factory=list)  # normalize=custom: one per channel
+    std: List[float] = option(factory=list, gt=0)
+
+
+@dataclass
+class ImageConfig(DatasetConfig):
+    """A dataset read from files (MNIST, FashionMNIST, CIFAR, SVHN, Tiny-ImageNet)."""
+
+    download: bool = False
+    augment: Augment = Augment.none  # train-time augmentation (CIFAR / SVHN / Tiny-ImageNet)
+    system_dirs: List[str] = field(default_factory=list)  # read-only places searched after data.root
+
+
+@dataclass
+class EMNISTConfig(ImageConfig):
+    writer_split: bool = False  # LEAF FEMNIST's per-writer split (its JSON files under <data.root>/femnist)
+
+
+@dataclass
+class DigitsConfig(DatasetConfig):
+    test_fraction: float = option(0.2, gt=0, lt=1)
+
+
+@dataclass
+class SyntheticConfig(DatasetConfig):
+    """LEAF / FedProx Synthetic(alpha, beta) (Li et al., 2020, Sec. 5.1)."""
+
+    normalize: Normalization = Normalization.none
+    alpha: float = 1.0
+    beta: float = 1.0
+    iid: bool = False  # Synthetic-IID: one shared model and input distribution
+    dim: int = option(60, ge=1)
+    num_classes: int = option(10, ge=2)
+    num_users: int = option(30, ge=1)
+    size_lognormal_mean: float = option(4.0, signed=True)
+    size_lognormal_sigma: float = 2.0
+    min_samples: int = option(50, ge=1)
+    test_fraction: float = option(0.2, gt=0, lt=1)
 
 
 @dataclass
@@ -145,6 +209,7 @@ def load_idx_dataset(name: str, folder: str, root: Path, cfg, num_classes: int =
                       _labels(a["test_y"]), num_classes, cfg)
 
 
+@DATASETS.register("mnist", config=ImageConfig)
 def load_mnist(cfg, root: Path, seed: int) -> CentralData:
     import torchvision
 
@@ -152,6 +217,7 @@ def load_mnist(cfg, root: Path, seed: int) -> CentralData:
     return load_idx_dataset("MNIST", "MNIST", root, cfg, fetch=fetch)
 
 
+@DATASETS.register("fmnist", config=ImageConfig, system_dirs=["/usr/share/datasets/fashion-mnist"])  # Debian's
 def load_fmnist(cfg, root: Path, seed: int) -> CentralData:
     import torchvision
 
@@ -225,6 +291,7 @@ def _cifar(name: str, folder: str, train_files: list, test_file: str, label_key:
     return load
 
 
+@DATASETS.register("svhn", config=ImageConfig)
 def load_svhn(cfg, root: Path, seed: int) -> CentralData:
     """SVHN cropped digits (``train_32x32.mat``, ``test_32x32.mat``); label 10 stands for digit 0."""
     from scipy.io import loadmat
@@ -266,6 +333,7 @@ def _read_images(paths: list[Path], size: int) -> np.ndarray:
     return out
 
 
+@DATASETS.register("tiny_imagenet", config=ImageConfig, augment=Augment.per_sample)
 def load_tiny_imagenet(cfg, root: Path, seed: int) -> CentralData:
     """Tiny-ImageNet (200 classes, 64x64). Either the original ``tiny-imagenet-200`` folder (train/<wnid>/images,
     val/images + val_annotations.txt; the val split is the test set) or an ImageFolder layout
@@ -295,6 +363,7 @@ def load_tiny_imagenet(cfg, root: Path, seed: int) -> CentralData:
     return normalized("TinyImageNet", xtr, ytr, xte, yte, len(classes), cfg)
 
 
+@DATASETS.register("digits", config=DigitsConfig)
 def load_digits(cfg, root: Path, seed: int) -> CentralData:
     """scikit-learn's bundled 8x8 digits (1,797 images); a fixed stratification-free split by ``test_fraction``."""
     from sklearn.datasets import load_digits as sk_digits
@@ -308,6 +377,7 @@ def load_digits(cfg, root: Path, seed: int) -> CentralData:
     return normalized("digits", x[train], y[train], x[test], y[test], 10, cfg)
 
 
+@DATASETS.register("synthetic", config=SyntheticConfig)
 def load_synthetic(cfg, root: Path, seed: int) -> CentralData:
     """Synthetic(alpha, beta) of LEAF / FedProx (Li et al., 2020, Sec. 5.1), a natural per-user split.
 
@@ -349,17 +419,10 @@ def load_synthetic(cfg, root: Path, seed: int) -> CentralData:
                       torch.from_numpy(x_all[te]), torch.from_numpy(y_all[te]), c, cfg, natural_clients=owner[tr])
 
 
-LOADERS = Registry("dataset")
-LOADERS.update({
-    "mnist": load_mnist,
-    "fmnist": load_fmnist,
-    "emnist_digits": _emnist("digits", 10),
-    "emnist_balanced": _emnist("balanced", 47),
-    "cifar10": _cifar("CIFAR-10", "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], "test_batch",
-                      b"labels", 10, "CIFAR10"),
-    "cifar100": _cifar("CIFAR-100", "cifar-100-python", ["train"], "test", b"fine_labels", 100, "CIFAR100"),
-    "svhn": load_svhn,
-    "tiny_imagenet": load_tiny_imagenet,
-    "digits": load_digits,
-    "synthetic": load_synthetic,
-})
+DATASETS.register("emnist_digits", config=EMNISTConfig)(_emnist("digits", 10))
+DATASETS.register("emnist_balanced", config=EMNISTConfig)(_emnist("balanced", 47))
+DATASETS.register("cifar10", config=ImageConfig, augment=Augment.per_sample)(
+    _cifar("CIFAR-10", "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], "test_batch", b"labels", 10,
+           "CIFAR10"))
+DATASETS.register("cifar100", config=ImageConfig, augment=Augment.per_sample)(
+    _cifar("CIFAR-100", "cifar-100-python", ["train"], "test", b"fine_labels", 100, "CIFAR100"))

@@ -31,26 +31,31 @@ class RoundRecord:
         return {**out, **self.extra}
 
 
+def _column(label: str) -> Any:
+    return field(metadata={"label": label})
+
+
 @dataclass
 class EvalRecord:
     """An evaluation of the global model after round ``round``: the mean training loss since the previous one,
     test loss and accuracy, the rounds' wall time so far, the cost counters' totals and, with
-    ``engine.eval_train``, the global model's loss and accuracy on the whole training set."""
+    ``engine.eval_train``, the global model's loss and accuracy on the whole training set. A field's ``label`` is
+    how a report names it."""
 
-    round: int
-    selected: int
-    completed: int
-    train_loss: float
-    test_loss: float
-    test_acc: float
-    wall_time: float
-    grad_evals: int
-    floats_up: int
-    floats_down: int
-    bytes_up: int
-    bytes_down: int
-    global_train_loss: Optional[float] = None
-    global_train_acc: Optional[float] = None
+    round: int = _column("rounds")
+    selected: int = _column("selected clients")
+    completed: int = _column("completed clients")
+    train_loss: float = _column("training loss")
+    test_loss: float = _column("test loss")
+    test_acc: float = _column("test accuracy")
+    wall_time: float = _column("wall time (s)")
+    grad_evals: int = _column("gradient evaluations")
+    floats_up: int = _column("floats uploaded")
+    floats_down: int = _column("floats downloaded")
+    bytes_up: int = _column("bytes uploaded")
+    bytes_down: int = _column("bytes downloaded")
+    global_train_loss: Optional[float] = field(default=None, metadata={"label": "global training loss"})
+    global_train_acc: Optional[float] = field(default=None, metadata={"label": "global training accuracy"})
 
     def row(self) -> Dict[str, Any]:
         """The CSV row (the optional training-set columns only when evaluated)."""
@@ -62,3 +67,15 @@ class EvalRecord:
 
 
 OPTIONAL = ("global_train_loss", "global_train_acc")
+#: columns computed from others when a run is read: name -> (label, the columns summed)
+DERIVED = {"floats": ("floats communicated", ("floats_up", "floats_down"))}
+#: what a report draws: these curves of ``metrics.csv`` against these cost axes
+CURVES = ("test_acc", "test_loss", "train_loss")
+COST_AXES = ("round", "grad_evals", "floats")
+
+
+def label(column: str) -> str:
+    """How a report names a column of ``metrics.csv`` (or a derived one)."""
+    if column in DERIVED:
+        return DERIVED[column][0]
+    return next(f.metadata["label"] for f in dataclasses.fields(EvalRecord) if f.name == column)

@@ -5,14 +5,48 @@ an explicit generator, so building a model never touches (or depends on) torch's
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Callable
 
 import torch
+from omegaconf import MISSING
 from torch import nn
 
+from fedbench.options import option
 from fedbench.registry import Registry
 
 MODELS = Registry("model")
+
+
+@dataclass
+class ModelConfig:
+    """The options of every model (the fixed architectures -- logreg, lenet5, cnn_fmnist, cnn_cifar -- have no
+    others)."""
+
+    name: str = MISSING
+
+
+class Norm(Enum):
+    batch = "batch"
+    group = "group"
+    none = "none"
+
+
+@dataclass
+class NormConfig(ModelConfig):
+    """A deep model with a choice of 2-d normalization layers."""
+
+    norm: Norm = Norm.batch
+    groups: int = option(2, ge=1)  # norm=group: GroupNorm groups
+
+
+def norm2d(kind: str, channels: int, groups: int) -> nn.Module:
+    if kind == "batch":
+        return nn.BatchNorm2d(channels)
+    if kind == "group":
+        return nn.GroupNorm(min(groups, channels), channels)
+    return nn.Identity()
 
 
 def default_init_(module: nn.Module, gen: torch.Generator) -> None:
@@ -103,7 +137,7 @@ def _numel(shape: tuple) -> int:
 
 
 def build_model(cfg: Any, input_shape: tuple, num_classes: int, gen: torch.Generator) -> nn.Module:
-    """Build ``cfg.name`` for inputs of ``input_shape`` and initialize it from ``gen``."""
+    """Build ``cfg.name`` (a model registered with its Config beside it) for inputs of ``input_shape`` and initialize it from ``gen``."""
     factory = MODELS.get_class(cfg.name)
     with torch.device("meta"):
         model, init = factory(cfg, tuple(input_shape), num_classes)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
-from fedbench.models.base import MODELS, SeededDropout, ZooModel, default_init_, kaiming_relu_init_
+from fedbench.models.base import MODELS, ModelConfig, SeededDropout, ZooModel, default_init_, kaiming_relu_init_
+from fedbench.options import option
+
+
+@dataclass
+class GradMACNNConfig(ModelConfig):
+    dropout: float = option(0.5, ge=0, lt=1)
 
 
 class CNNFMNIST(ZooModel):
@@ -80,21 +87,21 @@ class GradMACNN(ZooModel):
         return [self.conv[:4], self.conv[4:], nn.Sequential(nn.Flatten(1), *self.fc[:4]), self.fc[4:], self.final]
 
 
-@MODELS.register("cnn_fmnist")
+@MODELS.register("cnn_fmnist", config=ModelConfig)
 def _cnn_fmnist(cfg: Any, input_shape: tuple, num_classes: int):
     return CNNFMNIST(input_shape, num_classes), kaiming_relu_init_
 
 
-@MODELS.register("cnn_cifar")
+@MODELS.register("cnn_cifar", config=ModelConfig)
 def _cnn_cifar(cfg: Any, input_shape: tuple, num_classes: int):
     return CNNCIFAR(input_shape, num_classes), kaiming_relu_init_
 
 
-@MODELS.register("lenet5")
+@MODELS.register("lenet5", config=ModelConfig)
 def _lenet5(cfg: Any, input_shape: tuple, num_classes: int):
     return LeNet5(input_shape, num_classes), default_init_
 
 
-@MODELS.register("gradma_cnn")
+@MODELS.register("gradma_cnn", config=GradMACNNConfig)
 def _gradma_cnn(cfg: Any, input_shape: tuple, num_classes: int):
     return GradMACNN(input_shape, num_classes, cfg.dropout), default_init_

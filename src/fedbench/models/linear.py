@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, List
 
 from torch import nn
 
-from fedbench.errors import require
-from fedbench.models.base import MODELS, SeededDropout, ZooModel, _numel, default_init_, kaiming_relu_init_
+from fedbench.models.base import (MODELS, ModelConfig, SeededDropout, ZooModel, _numel, default_init_,
+                                  kaiming_relu_init_)
+from fedbench.options import option
+
+
+@dataclass
+class MLPConfig(ModelConfig):
+    hidden: List[int] = option(factory=lambda: [200], ge=1)  # hidden layer sizes
+    batch_norm: bool = False  # BatchNorm1d after each hidden layer
+    hidden_dropout: float = option(0.0, ge=0, lt=1)  # dropout before each hidden ReLU (FedSRC's MLP: 0.5)
 
 
 class LogReg(ZooModel):
@@ -51,13 +60,12 @@ class MLP(ZooModel):
         return [nn.Sequential(nn.Flatten(1), *hidden[0]), *hidden[1:], self.final]
 
 
-@MODELS.register("logreg")
+@MODELS.register("logreg", config=ModelConfig)
 def _logreg(cfg: Any, input_shape: tuple, num_classes: int):
     return LogReg(_numel(input_shape), num_classes), default_init_
 
 
-@MODELS.register("mlp")
+@MODELS.register("mlp", config=MLPConfig)
 def _mlp(cfg: Any, input_shape: tuple, num_classes: int):
-    require(0 <= cfg.hidden_dropout < 1, "model.hidden_dropout", f"{cfg.hidden_dropout}.", "use a value in [0, 1).")
     return MLP(_numel(input_shape), list(cfg.hidden), num_classes, cfg.batch_norm, cfg.hidden_dropout), \
         kaiming_relu_init_

@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import torch
 from torch import nn
 
-from fedbench.errors import require
-from fedbench.models.base import MODELS, ZooModel, default_init_, kaiming_relu_init_
-from fedbench.models.vgg import _norm2d
+from fedbench.models.base import MODELS, NormConfig, ZooModel, default_init_, kaiming_relu_init_, norm2d
+
+
+class Stem(Enum):
+    cifar = "cifar"  # 3x3 convolution, stride 1
+    imagenet = "imagenet"  # 7x7 stride 2 + max-pool (torchvision)
+
+
+@dataclass
+class ResNet18Config(NormConfig):
+    stem: Stem = Stem.cifar
 
 
 class BasicBlock(nn.Module):
     def __init__(self, cin: int, cout: int, stride: int, norm: str, groups: int, shortcut: str):
         super().__init__()
         self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.n1 = _norm2d(norm, cout, groups)
+        self.n1 = norm2d(norm, cout, groups)
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.n2 = _norm2d(norm, cout, groups)
+        self.n2 = norm2d(norm, cout, groups)
         self.pad = 0
         self.proj: nn.Module = nn.Identity()
         if stride != 1 or cin != cout:
@@ -26,7 +36,7 @@ class BasicBlock(nn.Module):
                 self.pad = cout - cin
                 self.stride = stride
             else:
-                self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), _norm2d(norm, cout, groups))
+                self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), norm2d(norm, cout, groups))
 
     def forward(self, x):
         out = torch.relu(self.n1(self.conv1(x)))
@@ -48,10 +58,10 @@ class ResNet(ZooModel):
         super().__init__()
         c = input_shape[0]
         if stem == "imagenet":
-            self.stem = nn.Sequential(nn.Conv2d(c, widths[0], 7, 2, 3, bias=False), _norm2d(norm, widths[0], groups),
+            self.stem = nn.Sequential(nn.Conv2d(c, widths[0], 7, 2, 3, bias=False), norm2d(norm, widths[0], groups),
                                       nn.ReLU(), nn.MaxPool2d(3, 2, 1))
         else:
-            self.stem = nn.Sequential(nn.Conv2d(c, widths[0], 3, 1, 1, bias=False), _norm2d(norm, widths[0], groups),
+            self.stem = nn.Sequential(nn.Conv2d(c, widths[0], 3, 1, 1, bias=False), norm2d(norm, widths[0], groups),
                                       nn.ReLU())
         layers, prev = [], widths[0]
         for i, (w, n) in enumerate(zip(widths, blocks)):
@@ -71,15 +81,13 @@ class ResNet(ZooModel):
                 nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(1)), self.final]
 
 
-@MODELS.register("resnet20")
+@MODELS.register("resnet20", config=NormConfig)
 def _resnet20(cfg: Any, input_shape: tuple, num_classes: int):
     return ResNet(input_shape, num_classes, [16, 32, 64], [3, 3, 3], cfg.norm.value, cfg.groups, "A", "cifar"), \
         kaiming_relu_init_
 
 
-@MODELS.register("resnet18")
+@MODELS.register("resnet18", config=ResNet18Config)
 def _resnet18(cfg: Any, input_shape: tuple, num_classes: int):
-    require(cfg.stem in ("cifar", "imagenet"), "model.stem", f"'{cfg.stem}' is not a ResNet stem.",
-            "use cifar or imagenet.")
     return ResNet(input_shape, num_classes, [64, 128, 256, 512], [2, 2, 2, 2], cfg.norm.value, cfg.groups, "B",
-                  cfg.stem), default_init_
+                  Stem(cfg.stem).value), default_init_

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import torch
 from torch import nn
 
-from fedbench.errors import require
-from fedbench.models.base import MODELS, SeededDropout, ZooModel, default_init_
+from fedbench.models.base import MODELS, Norm, NormConfig, SeededDropout, ZooModel, default_init_, norm2d
+from fedbench.options import option
 
 
-def _norm2d(kind: str, channels: int, groups: int) -> nn.Module:
-    if kind == "batch":
-        return nn.BatchNorm2d(channels)
-    if kind == "group":
-        return nn.GroupNorm(min(groups, channels), channels)
-    return nn.Identity()
+class VGGVariant(Enum):
+    mimic = "mimic"  # MimiC's code: no BN, classifier 512-512-C
+    gradma = "gradma"  # GradMA's VGGNet: BN, classifier 128-C
+
+
+@dataclass
+class VGGConfig(NormConfig):
+    norm: Norm = Norm.none  # MimiC's VGG-11 has no normalization layers
+    variant: VGGVariant = VGGVariant.mimic
+    dropout: float = option(0.5, ge=0, lt=1)  # classifier dropout
 
 
 class VGG11(ZooModel):
@@ -38,7 +44,7 @@ class VGG11(ZooModel):
             if v == "M":
                 layers.append(nn.MaxPool2d(2, 2))
             else:
-                layers += [nn.Conv2d(prev, v, 3, padding=1), _norm2d(norm, v, groups), nn.ReLU()]
+                layers += [nn.Conv2d(prev, v, 3, padding=1), norm2d(norm, v, groups), nn.ReLU()]
                 prev = v
         self.conv = nn.Sequential(*layers)
         flat = 512 * (input_shape[1] // 32) * (input_shape[2] // 32)
@@ -67,9 +73,8 @@ def vgg_mimic_init_(module: nn.Module, gen: torch.Generator) -> None:
         default_init_(module, gen)
 
 
-@MODELS.register("vgg11")
+@MODELS.register("vgg11", config=VGGConfig)
 def _vgg11(cfg: Any, input_shape: tuple, num_classes: int):
-    require(cfg.variant in ("mimic", "gradma"), "model.variant", f"'{cfg.variant}' is not a VGG-11 variant.",
-            "use mimic or gradma.")
-    model = VGG11(input_shape, num_classes, cfg.norm.value, cfg.groups, cfg.variant, cfg.dropout)
-    return model, vgg_mimic_init_ if cfg.variant == "mimic" else default_init_
+    variant = VGGVariant(cfg.variant).value
+    model = VGG11(input_shape, num_classes, cfg.norm.value, cfg.groups, variant, cfg.dropout)
+    return model, vgg_mimic_init_ if variant == "mimic" else default_init_

@@ -7,7 +7,7 @@ per run (offsets, periods tau_i, fixed weights, phases) come from ``(seed, "part
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
@@ -15,7 +15,8 @@ from typing import List, Optional
 import numpy as np
 
 from fedbench.errors import ConfigError, require
-from fedbench.participation.base import AVAILABILITY, Availability, probability
+from fedbench.participation.base import AVAILABILITY, Availability, LayerConfig
+from fedbench.options import option
 
 KEY = "participation.availability"
 
@@ -27,8 +28,8 @@ class Always(Availability):
     deterministic = True
 
     @dataclass
-    class Config:
-        kind: str = "always"
+    class Config(LayerConfig):
+        pass
 
     def mask(self, t, rng):
         return np.ones(self.num_clients, dtype=bool)
@@ -50,12 +51,11 @@ class Bernoulli(Availability):
     independent = True
 
     @dataclass
-    class Config:
-        kind: str = "bernoulli"
+    class Config(LayerConfig):
         scheme: BernoulliScheme = BernoulliScheme.constant
-        prob: float = 0.5
-        levels: int = 5
-        probs: List[float] = field(default_factory=list)
+        prob: float = option(0.5, ge=0, le=1)
+        levels: int = option(5, ge=2)
+        probs: List[float] = option(factory=list, ge=0, le=1)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -64,13 +64,10 @@ class Bernoulli(Availability):
         if scheme == BernoulliScheme.list:
             require(len(cfg.probs) == n, f"{KEY}.probs", f"has {len(cfg.probs)} entries for {n} clients.",
                     f"give one probability per client ({n} values), or use scheme=constant|levels.")
-            for v in cfg.probs:
-                probability(v, f"{KEY}.probs")
             self.p = np.asarray(cfg.probs, dtype=np.float64)
         else:
-            p = probability(cfg.prob, f"{KEY}.prob")
+            p = float(cfg.prob)
             if scheme == BernoulliScheme.levels:
-                require(cfg.levels >= 2, f"{KEY}.levels", f"{cfg.levels} levels.", "use levels >= 2.")
                 self.p = p + (np.arange(n) % cfg.levels) * (1.0 - p) / (cfg.levels - 1)
             else:
                 self.p = np.full(n, p)
@@ -104,12 +101,11 @@ class Markov(Availability):
     state_attrs = ("state",)
 
     @dataclass
-    class Config:
-        kind: str = "markov"
-        stationary: float = 0.5
-        mixing: float = 0.8
-        p_on: Optional[float] = None
-        p_off: Optional[float] = None
+    class Config(LayerConfig):
+        stationary: float = option(0.5, ge=0, le=1)
+        mixing: float = option(0.8, gt=-1, lt=1)
+        p_on: Optional[float] = option(None, ge=0, le=1)
+        p_off: Optional[float] = option(None, ge=0, le=1)
         init: MarkovInit = MarkovInit.stationary
 
     def __init__(self, cfg, ctx):
@@ -117,11 +113,9 @@ class Markov(Availability):
         if cfg.p_on is not None or cfg.p_off is not None:
             require(cfg.p_on is not None and cfg.p_off is not None, f"{KEY}.p_on",
                     "only one of p_on and p_off is set.", "set both transition probabilities, or neither.")
-            a, b = probability(cfg.p_on, f"{KEY}.p_on"), probability(cfg.p_off, f"{KEY}.p_off")
+            a, b = float(cfg.p_on), float(cfg.p_off)
         else:
-            pi = probability(cfg.stationary, f"{KEY}.stationary")
-            lam = cfg.mixing
-            require(-1.0 < lam < 1.0, f"{KEY}.mixing", f"{lam} is outside (-1, 1).", "use a mixing rate in (-1, 1).")
+            pi, lam = float(cfg.stationary), float(cfg.mixing)
             a, b = pi * (1.0 - lam), (1.0 - pi) * (1.0 - lam)
             require(a <= 1.0 and b <= 1.0, f"{KEY}.mixing",
                     f"stationary={pi} with mixing={lam} needs transition probabilities {a:.3g}, {b:.3g} > 1.",
@@ -161,10 +155,9 @@ class Periodic(Availability):
     deterministic = True
 
     @dataclass
-    class Config:
-        kind: str = "periodic"
-        num_groups: int = 5
-        period: int = 100
+    class Config(LayerConfig):
+        num_groups: int = option(5, ge=1)
+        period: int = option(100, ge=1)
         group_by: str = "index"
         random_offset: bool = True
 
@@ -172,7 +165,6 @@ class Periodic(Availability):
         super().__init__(cfg, ctx)
         n, g = ctx.num_clients, cfg.num_groups
         require(1 <= g <= n, f"{KEY}.num_groups", f"{g} groups for {n} clients.", f"use 1 <= num_groups <= {n}.")
-        require(cfg.period >= 1, f"{KEY}.period", f"{cfg.period}.", "use period >= 1.")
         if cfg.group_by == "index":
             bounds = np.round(np.arange(g + 1) * n / g).astype(int)
             self.group = np.searchsorted(bounds, np.arange(n), side="right") - 1
@@ -216,17 +208,14 @@ class RoundRobinDropout(Availability):
     deterministic = True
 
     @dataclass
-    class Config:
-        kind: str = "round_robin_dropout"
-        tau_max: int = 20
+    class Config(LayerConfig):
+        tau_max: int = option(20, ge=1)
         dist: TauDist = TauDist.uniform
-        halfnormal_scale: float = 3.0
+        halfnormal_scale: float = option(3.0, gt=0)
         phase: Phase = Phase.zero
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        require(cfg.tau_max >= 0, f"{KEY}.tau_max", f"{cfg.tau_max}.", "use tau_max >= 0.")
-        require(cfg.halfnormal_scale > 0, f"{KEY}.halfnormal_scale", f"{cfg.halfnormal_scale}.", "use a scale > 0.")
         rng = ctx.rng("availability/tau")
         n = ctx.num_clients
         if TauDist(cfg.dist) == TauDist.uniform:
@@ -257,16 +246,14 @@ class TimeVarying(Availability):
     """
 
     @dataclass
-    class Config:
-        kind: str = "time_varying"
-        fraction: float = 0.1
-        weight_low: float = 1.0
-        weight_high: float = 10.0
+    class Config(LayerConfig):
+        fraction: float = option(0.1, ge=0, le=1)
+        weight_low: float = option(1.0, gt=0)
+        weight_high: float = option(10.0, gt=0)
         redraw: bool = True
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        probability(cfg.fraction, f"{KEY}.fraction")
         self.k = int(np.floor(cfg.fraction * ctx.num_clients))
         require(self.k >= 1, f"{KEY}.fraction", f"floor({cfg.fraction} x {ctx.num_clients}) = 0 active clients.",
                 f"use fraction >= {1 / ctx.num_clients:.3g}.")
@@ -314,11 +301,10 @@ class Sinusoidal(Availability):
     independent = True
 
     @dataclass
-    class Config:
-        kind: str = "sinusoidal"
-        mean: float = 0.5
-        amplitude: float = 0.4
-        period: int = 50
+    class Config(LayerConfig):
+        mean: float = option(0.5, ge=0, le=1)
+        amplitude: float = option(0.4, ge=0, le=1)
+        period: int = option(50, ge=1)
         phase: SinePhase = SinePhase.same
 
     def __init__(self, cfg, ctx):
@@ -326,7 +312,6 @@ class Sinusoidal(Availability):
         require(cfg.amplitude >= 0 and 0 <= cfg.mean - cfg.amplitude and cfg.mean + cfg.amplitude <= 1,
                 f"{KEY}.amplitude", f"mean {cfg.mean} +- amplitude {cfg.amplitude} leaves [0, 1].",
                 "choose 0 <= amplitude <= min(mean, 1 - mean).")
-        require(cfg.period >= 1, f"{KEY}.period", f"{cfg.period}.", "use period >= 1.")
         n = ctx.num_clients
         phase = SinePhase(cfg.phase)
         if phase == SinePhase.spread:
@@ -376,8 +361,7 @@ class Trace(Availability):
     deterministic = True
 
     @dataclass
-    class Config:
-        kind: str = "trace"
+    class Config(LayerConfig):
         path: str = ""
         wrap: bool = True
 

@@ -8,7 +8,6 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from fedbench.errors import require
 from fedbench.registry import Registry
 from fedbench.rng import numpy_rng
 
@@ -46,6 +45,17 @@ class RoundParticipation:
 
 
 @dataclass
+class LayerConfig:
+    """The key every layer's Config has: ``kind``, the option's registered name (filled in when the option is
+    made, so a layer's name is written once: its decorator)."""
+
+    kind: str = ""
+
+    def __post_init__(self):
+        self.kind = self.kind or getattr(type(self), "registered_as", "")
+
+
+@dataclass
 class LayerContext:
     """What a layer may know about the federation when it is built."""
 
@@ -61,11 +71,6 @@ class LayerContext:
     def rng(self, purpose: str) -> np.random.Generator:
         """A stream for draws made once per run (offsets, periods, weights), keyed by (seed, purpose)."""
         return numpy_rng(self.seed, f"participation/{purpose}")
-
-
-def probability(value: float, key: str) -> float:
-    require(0.0 <= value <= 1.0, key, f"{value} is not a probability.", "use a value in [0, 1].")
-    return float(value)
 
 
 class Layer:

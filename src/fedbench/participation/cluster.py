@@ -22,10 +22,10 @@ from enum import Enum
 import numpy as np
 import torch
 
-from fedbench.errors import require
-from fedbench.participation.base import SELECTION
+from fedbench.participation.base import SELECTION, LayerConfig
 from fedbench.participation.sampling import Weights, client_weights
-from fedbench.participation.selection import KEY, _FixedSize
+from fedbench.participation.selection import _FixedSize
+from fedbench.options import option
 
 
 class ClusterScheme(Enum):
@@ -64,9 +64,8 @@ class Cluster(_FixedSize):
     state_attrs = ("r", "reps")
 
     @dataclass
-    class Config:
-        kind: str = "cluster"
-        clients_per_round: int = 10
+    class Config(LayerConfig):
+        clients_per_round: int = option(10, ge=1)
         scheme: ClusterScheme = ClusterScheme.samples
         weights: Weights = Weights.samples
         distance: Distance = Distance.arccos
@@ -74,7 +73,6 @@ class Cluster(_FixedSize):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        require(cfg.sketch_dim >= 0, f"{KEY}.sketch_dim", f"{cfg.sketch_dim}.", "use >= 0 (0: full vectors).")
         self.scheme, self.distance = ClusterScheme(cfg.scheme), Distance(cfg.distance)
         self.adaptive = self.scheme == ClusterScheme.similarity
         self.q = client_weights(cfg.weights, ctx.sizes)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import List
 
 import numpy as np
 
 from fedbench.errors import require
-from fedbench.participation.base import DROPOUT, Dropout, probability
+from fedbench.participation.base import DROPOUT, Dropout, LayerConfig
+from fedbench.options import option
 
 KEY = "participation.dropout"
 
@@ -19,8 +20,8 @@ class NoDropout(Dropout):
     """Every selected client completes all its local steps."""
 
     @dataclass
-    class Config:
-        kind: str = "none"
+    class Config(LayerConfig):
+        pass
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -46,20 +47,19 @@ class BernoulliDropout(Dropout):
     """
 
     @dataclass
-    class Config:
-        kind: str = "bernoulli"
-        prob: float = 0.1
-        probs: List[float] = field(default_factory=list)
+    class Config(LayerConfig):
+        prob: float = option(0.1, ge=0, le=1)
+        probs: List[float] = option(factory=list, ge=0, le=1)
         correlation: Correlation = Correlation.none
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         n = ctx.num_clients
-        q = probability(cfg.prob, f"{KEY}.prob")
+        q = float(cfg.prob)
         if cfg.probs:
             require(len(cfg.probs) == n, f"{KEY}.probs", f"has {len(cfg.probs)} entries for {n} clients.",
                     f"give one probability per client ({n} values), or leave it empty.")
-            qs = np.array([probability(v, f"{KEY}.probs") for v in cfg.probs])
+            qs = np.asarray(cfg.probs, dtype=np.float64)
         else:
             qs = np.full(n, q)
         if Correlation(cfg.correlation) == Correlation.availability:
@@ -82,14 +82,12 @@ class Straggler(Dropout):
     number of local steps in {min_steps, ..., I - 1}; its (partial) update is still returned."""
 
     @dataclass
-    class Config:
-        kind: str = "straggler"
-        prob: float = 0.3
-        min_steps: int = 1
+    class Config(LayerConfig):
+        prob: float = option(0.3, ge=0, le=1)
+        min_steps: int = option(1, ge=1)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        probability(cfg.prob, f"{KEY}.prob")
         require(1 <= cfg.min_steps <= ctx.local_steps, f"{KEY}.min_steps",
                 f"{cfg.min_steps} is not between 1 and client.local_steps ({ctx.local_steps}).",
                 f"use 1 <= min_steps <= {ctx.local_steps}.")

@@ -25,6 +25,7 @@ from fedbench.errors import ConfigError, require
 from fedbench.participation.base import SELECTION
 from fedbench.participation.sampling import ProbabilitySampler, SamplerConfig, client_weights
 from fedbench.participation.selection import KEY
+from fedbench.options import option
 
 
 class Mode(Enum):
@@ -85,7 +86,6 @@ class FedSRCG(_Importance):
 
     @dataclass
     class Config(SamplerConfig):
-        kind: str = "fedsrc_g"
         mode: Mode = Mode.practical
 
     def __init__(self, cfg, ctx):
@@ -140,25 +140,20 @@ class FedSRCD(_Importance):
 
     @dataclass
     class Config(SamplerConfig):
-        kind: str = "fedsrc_d"
         mode: Mode = Mode.practical
         scorer: Scorer = Scorer.paper
         reference: Reference = Reference.weighted_mean  # scorer=paper; the code scorer uses the plain mean
         sigma: Sigma = Sigma.probe
-        probes: int = 4
-        smoothness: float = 1.0  # L in alpha1, alpha2 (unknown in practice; only the ratio matters)
+        probes: int = option(4, ge=1)
+        smoothness: float = option(1.0, gt=0)  # L in alpha1, alpha2 (unknown in practice; only the ratio matters)
         alpha_ratio: Optional[float] = None  # r = alpha1 / alpha2; null = from Eq. 17
-        beta: float = 0.5  # scorer=code
+        beta: float = option(0.5, ge=0, le=1)  # scorer=code
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.scorer, self.reference, self.sigma = Scorer(cfg.scorer), Reference(cfg.reference), Sigma(cfg.sigma)
         require(cfg.probes >= 2 or self.sigma == Sigma.none, f"{KEY}.probes", f"{cfg.probes}.",
                 "use at least 2 minibatch gradients for a sample variance (or sigma=none).")
-        require(cfg.alpha_ratio is None or cfg.alpha_ratio >= 0, f"{KEY}.alpha_ratio", f"{cfg.alpha_ratio}.",
-                "use a ratio >= 0, or null for Eq. 17.")
-        require(cfg.smoothness > 0, f"{KEY}.smoothness", f"{cfg.smoothness}.", "use L > 0.")
-        require(0.0 <= cfg.beta <= 1.0, f"{KEY}.beta", f"{cfg.beta}.", "use a value in [0, 1].")
         self.keeps_updates = self.mode == Mode.practical
         self.sigma2: dict = {}
         self.ratio = float("nan")

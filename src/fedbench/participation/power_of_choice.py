@@ -16,9 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedbench.errors import ConfigError, require
-from fedbench.participation.base import SELECTION
+from fedbench.participation.base import SELECTION, LayerConfig
 from fedbench.participation.sampling import Weights, client_weights, gumbel_top
 from fedbench.participation.selection import KEY, _Counted
+from fedbench.options import option
 
 
 @SELECTION.register("power_of_choice")
@@ -27,9 +28,8 @@ class PowerOfChoice(_Counted):
     biased = True
 
     @dataclass
-    class Config:
-        kind: str = "power_of_choice"
-        clients_per_round: int = 10
+    class Config(LayerConfig):
+        clients_per_round: int = option(10, ge=1)
         candidates: int = 0  # d; 0 = 2 S (capped at N)
         loss_samples: int = 0  # samples per candidate's loss estimate; 0 = all its data (pow-d)
         weights: Weights = Weights.samples
@@ -40,7 +40,6 @@ class PowerOfChoice(_Counted):
         require(self.s <= self.d <= self.num_clients, f"{KEY}.candidates", f"{cfg.candidates}.",
                 f"use 0 (= 2S) or a value between clients_per_round ({self.s}) and the number of clients.")
         self.q = client_weights(cfg.weights, ctx.sizes)
-        require(cfg.loss_samples >= 0, f"{KEY}.loss_samples", f"{cfg.loss_samples}.", "use 0 (all data) or more.")
 
     def select(self, t, available, rng):
         if self.oracle is None:

@@ -23,12 +23,14 @@ import numpy as np
 from fedbench.errors import require
 from fedbench.participation.base import (AVAILABILITY, DROPOUT, SELECTION, ClientOracle, LayerContext,
                                          RoundParticipation)
+from fedbench.options import check_values
 from fedbench.participation.selection import All
 from fedbench.rng import numpy_rng
 
 
 class ParticipationProcess:
     def __init__(self, cfg: Any, ctx: LayerContext):
+        check_values(cfg, "participation")
         self.cfg = cfg
         self.ctx = ctx
         self.num_clients = n = ctx.num_clients
@@ -41,10 +43,6 @@ class ParticipationProcess:
         require(0 <= cfg.min_available <= n, "participation.min_available",
                 f"{cfg.min_available} is not between 0 and the number of clients ({n}).",
                 f"use 0 (no fallback) up to {n}.")
-        require(cfg.inclusion_samples >= 100, "participation.inclusion_samples", f"{cfg.inclusion_samples}.",
-                "use at least 100 Monte-Carlo draws.")
-        require(cfg.probabilities_every >= 1, "participation.probabilities_every", f"{cfg.probabilities_every}.",
-                "use >= 1 (rounds between full probability vectors in participation.npz).")
         self.drawn = 0  # rounds drawn so far
         self.last: RoundParticipation | None = None
         self._stats: dict = {}

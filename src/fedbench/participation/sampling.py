@@ -26,8 +26,9 @@ from typing import Optional
 import numpy as np
 
 from fedbench.errors import require
-from fedbench.participation.base import SELECTION
+from fedbench.participation.base import SELECTION, LayerConfig
 from fedbench.participation.selection import KEY, _FixedSize
+from fedbench.options import option
 
 MC_DRAWS = 2000  # Monte-Carlo draws for the inclusion probabilities of sequential sampling
 
@@ -84,7 +85,6 @@ class ProbabilitySampler(_FixedSize):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        require(0.0 <= cfg.floor_mix <= 1.0, f"{KEY}.floor_mix", f"{cfg.floor_mix}.", "use a value in [0, 1].")
         self.replacement = bool(cfg.replacement)
         self.scheme = WorScheme(cfg.wor_scheme)
         self.exact_expected = self.replacement or self.scheme == WorScheme.pps
@@ -171,15 +171,14 @@ def client_weights(kind, sizes) -> np.ndarray:
 
 
 @dataclass
-class SamplerConfig:
+class SamplerConfig(LayerConfig):
     """The keys every probability sampler accepts (its ``Config`` extends this)."""
 
-    kind: str = "md"
-    clients_per_round: int = 10
+    clients_per_round: int = option(10, ge=1)
     weights: Weights = Weights.samples
     replacement: bool = True
     wor_scheme: WorScheme = WorScheme.pps
-    floor_mix: float = 0.0
+    floor_mix: float = option(0.0, ge=0, le=1)
 
 
 @SELECTION.register("md")

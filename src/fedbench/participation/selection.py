@@ -12,7 +12,8 @@ from enum import Enum
 import numpy as np
 
 from fedbench.errors import require
-from fedbench.participation.base import SELECTION, Selection
+from fedbench.participation.base import SELECTION, LayerConfig, Selection
+from fedbench.options import option
 
 KEY = "participation.selection"
 
@@ -22,8 +23,8 @@ class All(Selection):
     """Every available client is selected (full participation when all are available)."""
 
     @dataclass
-    class Config:
-        kind: str = "all"
+    class Config(LayerConfig):
+        pass
 
     def select(self, t, available, rng):
         return np.flatnonzero(available)
@@ -64,9 +65,8 @@ class Uniform(_Counted):
     """S clients uniformly without replacement among the available ones: P(i) = min(S, |A|)/|A| on A."""
 
     @dataclass
-    class Config:
-        kind: str = "uniform"
-        clients_per_round: int = 10
+    class Config(LayerConfig):
+        clients_per_round: int = option(10, ge=1)
 
     def select(self, t, available, rng):
         ids = np.flatnonzero(available)
@@ -91,9 +91,8 @@ class Regularized(_Counted):
     state_attrs = ("queue", "pass_key")
 
     @dataclass
-    class Config:
-        kind: str = "regularized"
-        clients_per_round: int = 10
+    class Config(LayerConfig):
+        clients_per_round: int = option(10, ge=1)
         mode: RegularizedMode = RegularizedMode.permutation
 
     def __init__(self, cfg, ctx):

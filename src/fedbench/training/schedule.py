@@ -8,6 +8,7 @@ from enum import Enum
 from typing import Any, List
 
 from fedbench.errors import require
+from fedbench.options import option
 
 KEY = "client.lr_schedule"
 
@@ -23,11 +24,11 @@ class LRScheduleConfig:
     """The client learning rate of round t (``RoundContext.lr``), used by every algorithm."""
 
     kind: ScheduleKind = ScheduleKind.constant
-    decay: float = 0.95
-    every: int = 1
+    decay: float = option(0.95, gt=0, le=1)
+    every: int = option(1, ge=1)
     floor: float = 0.0
     milestones: List[float] = field(default_factory=lambda: [0.5, 0.75])  # fractions of the run's rounds
-    gamma: float = 0.1
+    gamma: float = option(0.1, gt=0, le=1)
 
 
 def validate_schedule(cfg: Any) -> None:

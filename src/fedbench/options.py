@@ -1,0 +1,127 @@
+"""Options declared once: a Config field carries its default *and* its allowed values.
+
+``lr: float = option(0.05, gt=0)`` declares the default and the range; ``check_values`` (run on the composed
+config before anything is built, and by a component built on its own) reads them from the dataclass the node was
+composed from, so no second table of ranges exists. The rules for every number: it is finite, it lies in its declared range,
+and without one it is >= 0 unless declared ``signed``. Lists of numbers are checked element by element.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import MISSING, dataclass, field
+from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from fedbench.errors import ConfigError
+
+META = "fedbench"  # the key of a field's metadata that holds its Rule
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The allowed values of one option: an interval (``ge``/``gt``, ``le``/``lt``), a set of strings
+    (``choices``), a regular expression (``pattern``, described by ``describe``), or ``signed`` (any finite
+    number)."""
+
+    ge: Optional[float] = None
+    gt: Optional[float] = None
+    le: Optional[float] = None
+    lt: Optional[float] = None
+    signed: bool = False
+    choices: Tuple[str, ...] = ()
+    pattern: Optional[str] = None
+    describe: str = ""
+
+    @property
+    def low(self) -> Optional[float]:
+        return self.ge if self.ge is not None else self.gt
+
+    @property
+    def high(self) -> Optional[float]:
+        return self.le if self.le is not None else self.lt
+
+    def interval(self) -> str:
+        """``>= 1``, ``> 0``, ``in [0, 1)``; empty without bounds."""
+        lo, hi = self.low, self.high
+        if lo is None and hi is None:
+            return ""
+        if hi is None:
+            return f">= {lo}" if self.ge is not None else f"> {lo}"
+        if lo is None:
+            return f"<= {hi}" if self.le is not None else f"< {hi}"
+        return f"in {'[' if self.ge is not None else '('}{lo}, {hi}{']' if self.le is not None else ')'}"
+
+    def contains(self, value: float) -> bool:
+        return ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
+                and (self.le is None or value <= self.le) and (self.lt is None or value < self.lt))
+
+    def check(self, key: str, value: Any) -> None:
+        """Raise ``ConfigError`` naming ``key`` unless ``value`` is allowed."""
+        if self.choices:
+            if value not in self.choices:
+                raise ConfigError(key, f"'{value}' is not an option.", f"use one of {', '.join(self.choices)}.")
+            return
+        if self.pattern is not None:
+            if not re.fullmatch(self.pattern, str(value)):
+                raise ConfigError(key, f"'{value}' is not {self.describe}.", f"use {self.describe}.")
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return
+        if not math.isfinite(value):
+            raise ConfigError(key, f"{value} is not a finite number.", "give a finite value.")
+        if self.low is None and self.high is None:
+            if value < 0 and not self.signed:
+                raise ConfigError(key, f"{value} is negative.", "use a value >= 0.")
+        elif not self.contains(value):
+            raise ConfigError(key, f"{value} is out of range.", f"use a value {self.interval()}.")
+
+
+DEFAULT_RULE = Rule()  # an undeclared number: finite and >= 0
+
+
+def option(default: Any = MISSING, *, factory: Optional[Callable[[], Any]] = None, ge: Optional[float] = None,
+           gt: Optional[float] = None, le: Optional[float] = None, lt: Optional[float] = None, signed: bool = False,
+           choices: Sequence[str] = (), pattern: Optional[str] = None, describe: str = "") -> Any:
+    """A dataclass field with its default (or ``factory``) and its allowed values (see ``Rule``)."""
+    rule = Rule(ge, gt, le, lt, signed, tuple(choices), pattern, describe)
+    if factory is not None:
+        return field(default_factory=factory, metadata={META: rule})
+    return field(default=default, metadata={META: rule})
+
+
+def rule_of(f: dataclasses.Field) -> Rule:
+    return f.metadata.get(META, DEFAULT_RULE)
+
+
+def declared_rules(cls: type) -> Iterator[Tuple[str, Rule]]:
+    """(field name, rule) of every field of ``cls`` declared with ``option(...)``."""
+    for f in dataclasses.fields(cls):
+        if META in f.metadata:
+            yield f.name, f.metadata[META]
+
+
+def check_values(node: DictConfig, prefix: str = "") -> None:
+    """Raise ``ConfigError`` naming the first value its field's rule refuses (lists element by element; keys of
+    untyped nodes, such as ``algo_settings``, by the default rule: finite and >= 0)."""
+    cls = OmegaConf.get_type(node)
+    fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    for key in node:
+        if OmegaConf.is_missing(node, key):
+            continue
+        path = f"{prefix}.{key}" if prefix else str(key)
+        rule = rule_of(fields[key]) if key in fields else DEFAULT_RULE
+        value = node[key]
+        if isinstance(value, DictConfig):
+            check_values(value, path)
+        elif isinstance(value, ListConfig):
+            for i, item in enumerate(value):
+                if isinstance(item, DictConfig):
+                    check_values(item, f"{path}[{i}]")
+                elif not isinstance(item, ListConfig):
+                    rule.check(f"{path}[{i}]", item)
+        else:
+            rule.check(path, value)
