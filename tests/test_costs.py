@@ -73,3 +73,28 @@ def test_fedpage_partial_round(tiny_cfg, tmp_path):
     assert full.completed == 10 and full.grad_evals == int(n.sum()) and full.floats_up == 10 * d
     assert partial.grad_evals == sum(2 * int(n[i]) + 2 * K * B for i in ids)
     assert partial.floats_down + partial.floats_up == pytest.approx(4 * d * ids.size)
+
+
+S = 4  # clients a round in the tiny run
+
+
+@pytest.mark.parametrize("algo, budget, limit, spend, stop", [
+    # FedAvg: S d down + S d up a round, so 3 rounds spend exactly 6 S d
+    ("fedavg", "floats", lambda d: 6 * S * d, lambda d: 2 * S * d, 3),
+    # SCAFFOLD: x and c down, delta and control change up (4 S d a round): the same budget ends after round 2
+    ("scaffold", "floats", lambda d: 6 * S * d, lambda d: 4 * S * d, 2),
+    # one evaluation past round 2's count: round 3 reaches it
+    ("fedavg", "grad_evals", lambda d: 2 * S * K * B + 1, lambda d: S * K * B, 3),
+])
+def test_budgets_stop_at_the_first_round_that_reaches_them(tiny_cfg, tmp_path, algo, budget, limit, spend, stop):
+    from conftest import csv_rows, run_resumable
+
+    d = make_sim(tiny_cfg(), tmp_path / "probe").dim
+    cfg = tiny_cfg(f"algo={algo}", "rounds=10", "eval_every=5", f"budget.{budget}={limit(d)}")
+    sim, summary = run_resumable(cfg, tmp_path / "run", tmp_path / "data")
+    assert summary["status"] == "completed" and summary["rounds"] == stop, summary["reason"]
+    assert f"budget.{budget}" in summary["reason"] and f"round {stop}" in summary["reason"]
+    assert int(csv_rows(tmp_path / "run" / "metrics.csv")[-1]["round"]) == stop  # the last round is evaluated
+    spent = sim.trainer.cost.totals()
+    used = spent["grad_evals"] if budget == "grad_evals" else spent["floats_up"] + spent["floats_down"]
+    assert used == stop * spend(d) and (stop - 1) * spend(d) < limit(d) <= used

@@ -126,3 +126,40 @@ def test_synthetic_natural_split(tmp_path):
     data = build_federated(cfg.dataset, cfg.partition, tmp_path, 0, cache=False)
     assert data.num_clients == 12 and data.input_shape == (60,)
     assert (data.sizes >= 1).all()
+
+
+def test_validation_split_is_stratified_and_leaves_the_test_set_alone(tmp_path):
+    from fedbench.data.sources import DATASETS
+
+    cfg = compose("dataset=digits", "partition=iid", "partition.num_clients=10")
+    central = DATASETS["digits"](cfg.dataset, tmp_path, 0)
+    plain = build_federated(cfg.dataset, cfg.partition, tmp_path, 0, False)
+    held = build_federated(cfg.dataset, cfg.partition, tmp_path, 0, False, val_fraction=0.1)
+    assert plain.x_val is None
+    labels = central.y_train.numpy()
+    per_class = np.bincount(labels)
+    assert np.array_equal(np.bincount(held.y_val.numpy(), minlength=10), np.round(0.1 * per_class).astype(int))
+    assert held.y.numel() + held.y_val.numel() == labels.size  # clients hold the other ~90%
+    assert abs(held.y.numel() / labels.size - 0.9) < 0.01
+    assert torch.equal(held.x_test, plain.x_test) and torch.equal(held.y_test, plain.y_test)
+    # validation rows are training rows that no client holds
+    rows = {tuple(r) for r in central.x_train.flatten(1).numpy().round(5).tolist()}
+    val_rows = {tuple(r) for r in held.x_val.flatten(1).numpy().round(5).tolist()}
+    client_rows = {tuple(r) for r in held.x.flatten(1).numpy().round(5).tolist()}
+    assert val_rows <= rows and not (val_rows & client_rows)
+    again = build_federated(cfg.dataset, cfg.partition, tmp_path, 0, True, val_fraction=0.1)
+    assert torch.equal(again.y_val, held.y_val) and torch.equal(again.y, held.y)  # one stream, reproducible
+
+
+def test_validation_metrics_in_every_evaluation_and_the_summary(tiny_cfg, tmp_path):
+    from conftest import csv_rows, run_resumable
+
+    sim, summary = run_resumable(tiny_cfg("data.val_fraction=0.2"), tmp_path / "run", tmp_path / "data")
+    rows = csv_rows(tmp_path / "run" / "metrics.csv")
+    assert len(rows) == 2 and all(0 < float(r["val_acc"]) <= 1 and float(r["val_loss"]) > 0 for r in rows)
+    assert summary["final_val_acc"] == float(rows[-1]["val_acc"])
+    assert summary["best_val_acc"] == max(float(r["val_acc"]) for r in rows)
+    assert sim.evaluate_val()[1] == summary["final_val_acc"]
+    assert sim.data.y_val.numel() > 0 and sim.data.y.numel() + sim.data.y_val.numel() == 1797 - 359  # digits: all but its test share
+    _, plain = run_resumable(tiny_cfg(), tmp_path / "plain", tmp_path / "data")
+    assert plain["final_val_acc"] is None and "val_acc" not in csv_rows(tmp_path / "plain" / "metrics.csv")[0]

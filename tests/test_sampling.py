@@ -345,6 +345,17 @@ def test_fedsrc_g_oracle_asks_every_client_and_trains_the_same_run(tiny_cfg, tmp
     for i, delta in trained:
         first.setdefault(i, delta)
     assert all(torch.equal(delta, asked[i].delta) for i, delta in first.items())  # the same batches and masks
+    before, again = set(first), 0
+    for t in (1, 2, 3):  # later rounds: clients that trained the round before are probed on their fresh streams
+        asked.clear(), trained.clear()
+        sim.round(t)
+        later = {}
+        for i, delta in trained:
+            later.setdefault(i, delta)
+        assert all(torch.equal(delta, asked[i].delta) for i, delta in later.items()), t
+        again += len(before & set(later))
+        before = set(later)
+    assert again > 0  # the case the first round cannot show happened
     steps = sim.cfg.client.local_steps * sim.cfg.client.batch_size
     assert stats.grad_evals == (10 + 3) * steps
     assert stats.floats_up == 3 * sim.dim + 10  # the three updates, one norm from every client

@@ -106,6 +106,15 @@ class DataConfig:
     root: str = "data"  # relative paths are taken from the directory run.py was started in
     seed: Optional[int] = option(None, ge=0, lt=2**32)  # partition / synthetic-data seed; None = the run's seed
     cache: bool = True  # cache partitions under <root>/cache, keyed by a hash of their inputs
+    val_fraction: float = option(0.0, ge=0, lt=1)  # per-class share held out before partitioning: val_acc / val_loss
+
+
+@dataclass
+class BudgetConfig:
+    """Stop after the first round whose cumulative counter reaches the budget (status completed)."""
+
+    grad_evals: Optional[float] = option(None, gt=0)  # gradient evaluations (metrics.csv's grad_evals)
+    floats: Optional[float] = option(None, gt=0)  # floats communicated, up + down
 
 
 @dataclass
@@ -121,6 +130,7 @@ class RootConfig:
     where_supported: Dict[str, Any] = field(default_factory=dict)  # preset: {group: {key: value}} where the key exists
     targets: List[float] = option(factory=lambda: [0.6, 0.7, 0.75], gt=0, le=1)  # test accuracies: rounds-to-target
     loss_targets: List[float] = option(factory=list, gt=0)  # global training losses (needs engine.eval_train)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     data: DataConfig = field(default_factory=DataConfig)
     dataset: Any = MISSING

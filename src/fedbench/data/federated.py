@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 import os
@@ -36,6 +38,8 @@ class FederatedData:
     partition_hash: str
     augment: str = "none"  # none | per_sample | batch_level
     pad_fill: Optional[torch.Tensor] = None
+    x_val: Optional[torch.Tensor] = None  # the server's validation set (data.val_fraction of the training data)
+    y_val: Optional[torch.Tensor] = None
 
     @property
     def num_clients(self) -> int:
@@ -50,8 +54,9 @@ class FederatedData:
         return tuple(self.x.shape[1:])
 
     def to(self, device: torch.device) -> "FederatedData":
-        for name in ("x", "y", "x_test", "y_test"):
-            setattr(self, name, getattr(self, name).to(device))
+        for name in ("x", "y", "x_test", "y_test", "x_val", "y_val"):
+            if getattr(self, name) is not None:
+                setattr(self, name, getattr(self, name).to(device))
         return self
 
     def client_indices(self, client: int, steps: int, batch_size: int, gen: torch.Generator) -> tuple:
@@ -74,6 +79,26 @@ class FederatedData:
             per_sample = self.augment == "per_sample"
             batches = [(crop_flip(x, gen, self.pad_fill, per_sample), y) for x, y in batches]
         return batches
+
+
+def split_validation(central: CentralData, fraction: float, seed: int) -> tuple:
+    """(the training data without a validation set, x_val, y_val): from every class c, round(fraction * n_c) of its
+    training samples, drawn from the stream (seed, "data/validation"), become the server's validation set before
+    the data is partitioned (stratified, so the validation set has the training set's label distribution). The
+    test set is never touched; a natural per-user split loses the same samples."""
+    labels = central.y_train.numpy()
+    rng = numpy_rng(seed, "data/validation")
+    held = [rng.permutation(np.flatnonzero(labels == c))[: int(round(fraction * np.sum(labels == c)))]
+            for c in np.unique(labels)]
+    val = np.sort(np.concatenate(held))
+    require(val.size > 0, "data.val_fraction", f"{fraction} of {labels.size} training samples is no sample.",
+            "use a larger fraction, or 0 for no validation set.")
+    keep = np.ones(labels.size, dtype=bool)
+    keep[val] = False
+    train = dataclasses.replace(central, x_train=central.x_train[keep], y_train=central.y_train[keep],
+                                natural_clients=None if central.natural_clients is None
+                                else central.natural_clients[keep])
+    return train, central.x_train[val], central.y_train[val]
 
 
 def _fingerprint(central: CentralData) -> str:
@@ -130,9 +155,14 @@ def _write_cache(path: Path, owner: np.ndarray, attrs: dict) -> None:
               "continuing without it (data.cache=false silences this)", flush=True)
 
 
-def build_federated(dataset_cfg: Any, partition_cfg: Any, root: Path, seed: int, cache: bool) -> FederatedData:
-    """Load the dataset, partition it (or reuse a cached partition with the same inputs), sort by client."""
+def build_federated(dataset_cfg: Any, partition_cfg: Any, root: Path, seed: int, cache: bool,
+                    val_fraction: float = 0.0) -> FederatedData:
+    """Load the dataset, set the validation share aside (``split_validation``), partition the rest (or reuse a
+    cached partition with the same inputs), sort by client."""
     central = DATASETS.get_class(dataset_cfg.name)(dataset_cfg, root, seed)
+    x_val = y_val = None
+    if val_fraction > 0:
+        central, x_val, y_val = split_validation(central, val_fraction, seed)
     labels = central.y_train.numpy()
     part_dict = OmegaConf.to_container(partition_cfg, resolve=True, enum_to_str=True)
     key = json.dumps({"data": _fingerprint(central), "partition": part_dict, "seed": seed}, sort_keys=True)
@@ -172,5 +202,7 @@ def build_federated(dataset_cfg: Any, partition_cfg: Any, root: Path, seed: int,
         partition_hash=phash,
         augment=dataset_cfg.augment.value if "augment" in dataset_cfg else "none",
         pad_fill=central.pad_fill,
+        x_val=x_val,
+        y_val=y_val,
     )
 

@@ -39,8 +39,8 @@ def _column(label: str) -> Any:
 class EvalRecord:
     """An evaluation of the global model after round ``round``: the mean training loss since the previous one,
     test loss and accuracy, the rounds' wall time so far, the cost counters' totals and, with
-    ``engine.eval_train``, the global model's loss and accuracy on the whole training set. A field's ``label`` is
-    how a report names it."""
+    ``engine.eval_train``, the global model's loss and accuracy on the whole training set and, with
+    ``data.val_fraction``, on the server's validation set. A field's ``label`` is how a report names it."""
 
     round: int = _column("rounds")
     selected: int = _column("selected clients")
@@ -56,6 +56,8 @@ class EvalRecord:
     bytes_down: int = _column("bytes downloaded")
     global_train_loss: Optional[float] = field(default=None, metadata={"label": "global training loss"})
     global_train_acc: Optional[float] = field(default=None, metadata={"label": "global training accuracy"})
+    val_loss: Optional[float] = field(default=None, metadata={"label": "validation loss"})
+    val_acc: Optional[float] = field(default=None, metadata={"label": "validation accuracy"})
 
     def row(self) -> Dict[str, Any]:
         """The CSV row (the optional training-set columns only when evaluated)."""
@@ -66,7 +68,7 @@ class EvalRecord:
         return cls(**row)
 
 
-OPTIONAL = ("global_train_loss", "global_train_acc")
+OPTIONAL = ("global_train_loss", "global_train_acc", "val_loss", "val_acc")
 #: columns computed from others when a run is read: name -> (label, the columns summed)
 DERIVED = {"floats": ("floats communicated", ("floats_up", "floats_down"))}
 #: what a report draws: these curves of ``metrics.csv`` against these cost axes

@@ -166,6 +166,9 @@ class Simulation:
         cost = self.trainer.cost
         before = cost.totals()
         oracle = EngineOracle(self.trainer, t, self.lr(t), self.x, self.cfg.algo.server_lr, self.cfg.client.local_steps)
+        # the round's streams start at their first occurrence twice: for an oracle's probes, and again for the
+        # local runs they predict, so a probed client trains on exactly the minibatches it was probed on
+        self.trainer.begin_round()
         part = self.algo.plan_round(self.participation.round(t, oracle))
         rc = RoundContext(round=t, lr=self.lr(t), part=part)
         self.algo.begin_round(rc, self.x)
@@ -237,6 +240,11 @@ class Simulation:
     def evaluate(self) -> tuple[float, float]:
         self.trainer.runner.load(self.x, self.buffers)
         return evaluate(self.module, self.data.x_test, self.data.y_test, self.eval_batch)
+
+    def evaluate_val(self) -> tuple[float, float]:
+        """The global model on the server's validation set (``data.val_fraction``)."""
+        self.trainer.runner.load(self.x, self.buffers)
+        return evaluate(self.module, self.data.x_val, self.data.y_val, self.eval_batch)
 
     def evaluate_train(self) -> tuple[float, float]:
         """The global model on the whole training set: f(x) = sum_i (n_i / n) F_i(x), and its accuracy."""
@@ -330,6 +338,13 @@ class Simulation:
     def _observer(self, kind: type):
         return next((cb for cb in self.callbacks if isinstance(cb, kind)), None)
 
+    @staticmethod
+    def _val_summary(history: list) -> Dict[str, Any]:
+        """Final and best validation accuracy (null without a validation set): what tuning selects on."""
+        vals = [h.val_acc for h in history if h.val_acc is not None]
+        return {"final_val_acc": vals[-1] if vals else None, "best_val_acc": max(vals) if vals else None,
+                "final_val_loss": history[-1].val_loss if history else None}
+
     def summary(self, status: str = "completed", reason: Optional[str] = None) -> Dict[str, Any]:
         """The run's summary (``summary.json``) from the evaluations so far."""
         evaluation, divergence, rounds = self._observer(Evaluation), self._observer(Divergence), self._observer(RoundLog)
@@ -363,6 +378,7 @@ class Simulation:
             "targets": targets,
             "loss_targets": loss_targets,
             "final_global_train_loss": history[-1].global_train_loss if history else None,
+            **self._val_summary(history),
             "wall_time_s": wall,
             "rounds_per_s": rounds_done / wall if wall > 0 else None,
             **self.trainer.cost.totals(),

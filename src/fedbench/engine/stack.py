@@ -76,7 +76,8 @@ def local_stack(cfg: DictConfig, root: Path, device: torch.device, warn: bool = 
     """(federated data, ``LocalModule``, ``ClientTrainer``) of a run: what trains clients, built the same way in the
     main process and in each ``engine.workers`` process (same data, initial model and streams)."""
     data_seed = cfg.seed if cfg.data.seed is None else cfg.data.seed
-    data: FederatedData = build_federated(cfg.dataset, cfg.partition, root, data_seed, cfg.data.cache)
+    data: FederatedData = build_federated(cfg.dataset, cfg.partition, root, data_seed, cfg.data.cache,
+                                          cfg.data.val_fraction)
     data.to(device)
     smallest = int(data.sizes.min())
     if warn and cfg.client.batch_size > smallest:

@@ -45,5 +45,5 @@ class Checkpointing(Callback):
             self.logger.print(f"[{sim.cfg.algo.name}] {stop}: stopped after round {r}, checkpoint written")
 
     def on_run_end(self, sim) -> None:
-        if sim.stop_status is None or self.stopped_early:
+        if sim.stop_status in (None, "completed") or self.stopped_early:  # completed: a budget was reached
             self.save(sim)

@@ -33,6 +33,8 @@ class Evaluation(Callback):
                         test_acc=test_acc, wall_time=wall, **sim.trainer.cost.totals())
         if self.eval_train:
             ev.global_train_loss, ev.global_train_acc = sim.evaluate_train()
+        if sim.data.x_val is not None:
+            ev.val_loss, ev.val_acc = sim.evaluate_val()
         self.window_losses = []
         self.history.append(ev)
         return ev

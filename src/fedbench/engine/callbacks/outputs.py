@@ -63,8 +63,9 @@ class Progress(Callback):
         status = "diverged" if sim.stop_status == "diverged" else "running"
         self.logger.write_summary(sim.summary(status, sim.stop_reason if status == "diverged" else None))
         r, wall = record.round, record.wall_time
+        val = "" if record.val_acc is None else f"val_acc {record.val_acc:.4f} | "
         self.logger.print(f"[{sim.cfg.algo.name}] round {r:>5}/{sim.cfg.rounds} | train_loss {record.train_loss:.4f} | "
-                          f"test_loss {record.test_loss:.4f} | test_acc {record.test_acc:.4f} | "
+                          f"{val}test_loss {record.test_loss:.4f} | test_acc {record.test_acc:.4f} | "
                           f"elapsed {wall:6.1f}s | {r / max(wall, 1e-9):6.2f} rounds/s")
 
     def on_run_end(self, sim) -> None:
