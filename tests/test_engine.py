@@ -8,7 +8,7 @@ from fedbench.algorithms import RoundContext
 from fedbench.models import build_model
 from fedbench.rng import torch_rng
 
-from conftest import make_sim
+from conftest import make_sim, participation_trace
 
 
 def test_flat_params_are_views(tiny_cfg, tmp_path):
@@ -107,3 +107,25 @@ def test_model_init_ignores_global_rng(tiny_cfg):
     assert sum(p.numel() for p in a.parameters()) == 228_586
     assert float(a.hidden.bias.detach().abs().sum()) == 0  # Kaiming layers have zero bias; the last layer keeps default init
     assert float(a.final.bias.detach().abs().sum()) > 0
+
+
+def test_aggregation_weights_are_recorded_and_a_run_that_does_not_normalize_says_so(tiny_cfg, tmp_path, capsys):
+    from conftest import csv_rows, run_resumable
+
+    _, plain = run_resumable(tiny_cfg("logger.console=true"), tmp_path / "plain", tmp_path / "data")
+    rows = csv_rows(tmp_path / "plain" / "rounds.csv")
+    assert all(abs(float(r["weight_sum"]) - 1) < 1e-9 and int(r["contributors"]) == int(r["completed"]) for r in rows)
+    assert plain["aggregation"]["weights_sum_to_one"] and "note:" not in capsys.readouterr().out
+    cfg = tiny_cfg("partition=dirichlet", "partition.alpha=0.5", "partition.min_samples=20", "algo.weighting=samples",
+                   "logger.console=true")
+    sim, skewed = run_resumable(cfg, tmp_path / "skewed", tmp_path / "data")
+    sums = [float(r["weight_sum"]) for r in csv_rows(tmp_path / "skewed" / "rounds.csv")]
+    # unbiased data weights under uniform sampling: w_i = (n_i / n) / (S / N), so a round's sum is N/S x its share
+    sizes, n = sim.data.sizes, sim.data.sizes.sum()
+    trace = participation_trace(make_sim(cfg, tmp_path / "again"), cfg.rounds)
+    expected = [float(sizes[p.completed_ids].sum() / n * 10 / 4) for p in trace]
+    np.testing.assert_allclose(sums, expected, rtol=1e-6)
+    audit = skewed["aggregation"]
+    assert not audit["weights_sum_to_one"] and (audit["weighting"], audit["aggregation"]) == ("samples", "unbiased")
+    assert audit["weight_sum_min"] == min(sums) and audit["weight_sum_max"] == max(sums)
+    assert capsys.readouterr().out.count("aggregation weights sum to") == 1  # said once

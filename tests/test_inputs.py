@@ -131,6 +131,7 @@ def generated_bad():
         (["model=lenet5"], "model"),  # 5x5 convolutions on 8x8 digits
         (["dataset=synthetic", "model=resnet20"], "model"),  # a CNN on 60-dimensional vectors
         (["partition.num_clients=2000"], "partition"),  # more clients than samples
+        (["algo=gradma", "algo.memory_size=2"], "algo.memory_size"),  # S = 5 updates a round, m = 2 entries
     ]
     return cases
 

@@ -64,3 +64,57 @@ def test_small_twins_run_end_to_end_at_tiny_scale(name, tmp_path):
         sim.round(t)
     assert torch.isfinite(sim.x).all() and not torch.equal(before, sim.x)
     check_evaluation(sim)
+
+
+MIMIC = {algo: ("uniform", "normalized") for algo in ("fedavg", "fedprox", "scaffold", "mimic")}
+FEDSRC = {**{sel: ("samples", "unbiased") for sel in ("uniform", "md", "fedsrc_g", "fedsrc_d", "fedsrc_g_oracle",
+                                                      "fedsrc_d_oracle")},
+          "power_of_choice": ("uniform", "normalized")}
+PAPER_WEIGHTS = [  # (preset, the group its comparison sweeps, {option: (weighting, aggregation) as its paper uses})
+    *[(p, "algo", MIMIC) for p in ("mimic_fmnist_roundrobin", "mimic_fmnist_roundrobin_small",
+                                    "mimic_fmnist_timevarying", "mimic_fmnist_timevarying_small",
+                                    "mimic_cifar10_static", "mimic_cifar10_static_small")],
+    *[(p, "participation/selection", FEDSRC) for p in ("fedsrc_synthetic", "fedsrc_synthetic_small")],
+    *[(p, "participation/selection", {k: v for k, v in FEDSRC.items() if "oracle" not in k})
+      for p in ("fedsrc_fmnist", "fedsrc_cifar10")],
+]
+
+
+@pytest.mark.parametrize("preset, group, expected", PAPER_WEIGHTS, ids=[p for p, _, _ in PAPER_WEIGHTS])
+def test_each_compared_method_is_weighted_as_its_paper_does(preset, group, expected):
+    for option, (weighting, aggregation) in expected.items():
+        algo = compose(f"experiment={preset}", f"{group}={option}").algo
+        assert (algo.weighting.value, algo.aggregation.value) == (weighting, aggregation), option
+    # the command line still wins over the preset's paper weighting
+    first = next(iter(expected))
+    assert compose(f"experiment={preset}", f"{group}={first}", "algo.aggregation=unbiased",
+                   "algo.weighting=samples").algo.aggregation.value == "unbiased"
+
+
+def test_when_settings_apply_only_under_their_condition_and_typos_are_errors():
+    from omegaconf import OmegaConf
+
+    from fedbench.config.presets import apply_presets
+    from fedbench.errors import ConfigError
+
+    def with_when(selection, when, explicit=()):
+        cfg = compose("experiment=smoke", f"participation/selection={selection}")  # as a preset file would set it
+        OmegaConf.update(cfg, "when", when, merge=False)
+        return apply_presets(cfg, set(explicit))
+
+    half = {"participation.selection.kind=uniform": {"algo.server_lr": 0.5}}
+    assert with_when("uniform", half).algo.server_lr == 0.5
+    assert with_when("md", half).algo.server_lr == 1.0  # condition false: untouched
+    assert with_when("uniform", half, {"algo.server_lr"}).algo.server_lr == 1.0  # the command line wins
+    for bad in ({"participation.selection.kindd=uniform": {"algo.server_lr": 0.5}},
+                {"participation.selection.kind=uniform": {"algo.server_lrr": 0.5}},
+                {"nocondition": {"algo.server_lr": 0.5}}):
+        with pytest.raises(ConfigError, match="when"):
+            with_when("uniform", bad)
+
+
+@pytest.mark.parametrize("preset", ["gradma_cifar10_dir0.01", "gradma_cifar10_dir0.01_small"])
+def test_the_gradma_preset_uses_the_per_tensor_qps_its_published_numbers_come_from(preset):
+    for algo in ("gradma", "gradma_w", "gradma_s"):
+        assert compose(f"experiment={preset}", f"algo={algo}").algo.qp_mode.value == "layer"
+    assert compose("algo=gradma").algo.qp_mode.value == "flat"  # the paper's QP stays the default

@@ -91,6 +91,7 @@ class AlgoContext:
     batch_size: int = 1  # client.batch_size
     param_sizes: Optional[list] = None  # entries per parameter tensor, in flat order (per-layer arithmetic)
     block_sizes: Optional[list] = None  # parameters per model block (``ZooModel.blocks``), head last
+    clients_per_round: int = 0  # S, the entries a round selects (participation.selection); 0 = unknown
 class Algorithm:
     """Base class; its defaults implement FedAvg with the unbiased aggregate and server learning rate 1."""
 

@@ -103,10 +103,10 @@ class GradMA(Algorithm):
     class Config(AlgoConfig):
         worker_qp: bool = True
         server_qp: bool = True
-        beta1: float = option(0.5, ge=0, le=1)  # server momentum (README example; the code's default is 0.9)
-        beta2: float = option(0.5, ge=0, le=1)  # memory decay (README example; the code's default is 0)
+        beta1: float = option(0.5, ge=0, lt=1)  # server momentum (README example; the code's default is 0.9)
+        beta2: float = option(0.5, ge=0, lt=1)  # memory decay (README example; the code's default is 0)
         memory_size: int = 100  # m, entries of D; 0 = no memory (FedAvgM)
-        qp_mode: QPMode = QPMode.flat
+        qp_mode: QPMode = QPMode.flat  # flat: the paper's QP; layer: the code's, which the published numbers use
         prev_anchor: PrevAnchor = PrevAnchor.last_local
         aux_stats: AuxStats = AuxStats.batch
         rho_l: float = 0.0  # QP margins (official code only; 0 = the paper's QP)
@@ -114,11 +114,10 @@ class GradMA(Algorithm):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        for key in ("beta1", "beta2"):
-            v = getattr(cfg, key)
-            require(0 <= v < 1, f"algo.{key}", f"{v} is outside [0, 1).", "use a value in [0, 1), e.g. 0.5.")
-        require(cfg.memory_size >= 0, "algo.memory_size", f"{cfg.memory_size} is negative.",
-                "use m >= 0 (0 = no memory, FedAvgM; the paper uses m = 100 with S <= m <= N).")
+        s = ctx.clients_per_round
+        require(not (cfg.server_qp and 0 < cfg.memory_size < s), "algo.memory_size",
+                f"m = {cfg.memory_size} memory entries cannot hold a round's S = {s} updates (Alg. 4 needs S <= m).",
+                f"use m >= {s} (the paper: m = 100 with S <= m <= N), or 0 for no memory (FedAvgM).")
         self.sizes = ctx.param_sizes if QPMode(cfg.qp_mode) == QPMode.layer else None
         self.bounds = qp.segment_bounds(self.sizes, ctx.dim)
         self.m = min(cfg.memory_size, ctx.num_clients) if cfg.server_qp else 0

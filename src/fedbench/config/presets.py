@@ -2,10 +2,13 @@
 
 * ``algo_settings: {<algorithm>: {key: value}}``: applied to ``algo`` when that algorithm runs (a paper's tuned
   learning rates, its FedAvg with the normalized average);
+* ``when: {"<key>=<value>": {<key>: value}}``: applied when the composed config has that value (e.g. the
+  aggregation a selection rule's paper uses: ``participation.selection.kind=power_of_choice`` with
+  ``algo.aggregation: normalized``);
 * ``where_supported: {<group path>: {key: value}}``: applied where the composed group has the key (e.g.
   ``participation.selection.clients_per_round``, which ``selection=all`` does not take).
 
-Keys the user set on the command line win over both. Every name and key is checked against the registered
+Keys the user set on the command line win over all three. Every name and key is checked against the registered
 schemas, so a typo is an error, never a silently ignored setting.
 """
 
@@ -36,6 +39,27 @@ def _schema_fields(group: str) -> Set[str]:
     return {f.name for component in registries[group].values() for f in dataclasses.fields(component.Config)}
 
 
+def _apply_when(cfg: DictConfig, explicit: Set[str]) -> None:
+    """The ``when`` settings whose condition ``key=value`` holds in ``cfg`` (compared as text; enums by value)."""
+    for condition, values in OmegaConf.to_container(cfg.when, resolve=True).items():
+        key, sep, expected = condition.partition("=")
+        if not sep or OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
+            raise ConfigError(f"when.{condition}", "a condition is 'key=value' with a key of the composed config.",
+                              "write e.g. 'participation.selection.kind=power_of_choice'.")
+        actual = OmegaConf.select(cfg, key)
+        if str(getattr(actual, "value", actual)) != expected:
+            continue
+        for dotted, value in flatten(values or {}).items():
+            if OmegaConf.select(cfg, dotted, default=_ABSENT) is _ABSENT:
+                raise ConfigError(f"when.{condition}.{dotted}", f"'{dotted}' is not a key of the composed config.",
+                                  "check the key's spelling against the options reference.")
+            if dotted not in explicit:
+                OmegaConf.update(cfg, dotted, value, merge=False)
+
+
+_ABSENT = object()
+
+
 def algo_kind(name: str) -> str:
     """The registered algorithm an ``algo`` option runs: itself, or the schema a preset's YAML starts from."""
     from fedbench.algorithms import ALGORITHMS
@@ -56,7 +80,8 @@ def user_keys(overrides: List[str]) -> Set[str]:
 
 
 def apply_presets(cfg: DictConfig, explicit: Set[str]) -> DictConfig:
-    """``cfg`` with its ``algo_settings`` and ``where_supported`` applied (a copy); keys in ``explicit`` kept."""
+    """``cfg`` with its ``algo_settings``, ``when`` and ``where_supported`` applied (a copy); keys in ``explicit``
+    kept."""
     from fedbench.algorithms import ALGORITHMS
 
     cfg = cfg.copy()
@@ -74,6 +99,7 @@ def apply_presets(cfg: DictConfig, explicit: Set[str]) -> DictConfig:
     for key, value in (settings.get(cfg.algo.name) or {}).items():
         if f"algo.{key}" not in explicit:
             OmegaConf.update(cfg, f"algo.{key}", value, merge=False)
+    _apply_when(cfg, explicit)
     for dotted, value in flatten(OmegaConf.to_container(cfg.where_supported, resolve=True)).items():
         if not dotted:
             continue

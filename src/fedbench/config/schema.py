@@ -127,6 +127,7 @@ class RootConfig:
     resume: Optional[str] = None  # true: continue this config's latest run (or start it); a run dir: continue it
     divergence_factor: Optional[float] = option(10.0, gt=1)  # stop when test loss > factor x initial; null = off
     algo_settings: Dict[str, Any] = field(default_factory=dict)  # preset: {algorithm: {key: value}} for that algo
+    when: Dict[str, Any] = field(default_factory=dict)  # preset: {"key=value": {key: value}} applied when key=value
     where_supported: Dict[str, Any] = field(default_factory=dict)  # preset: {group: {key: value}} where the key exists
     targets: List[float] = option(factory=lambda: [0.6, 0.7, 0.75], gt=0, le=1)  # test accuracies: rounds-to-target
     loss_targets: List[float] = option(factory=list, gt=0)  # global training losses (needs engine.eval_train)

@@ -12,8 +12,10 @@ from typing import Any, Dict, Optional
 @dataclass
 class RoundRecord:
     """Round ``round`` (1-based): participation counts, the mean training loss of its completed clients, the client
-    learning rate, the round's increase of the cost counters, and the diagnostics the participation process and the
-    algorithm declare (``round_stats``: the same keys every round)."""
+    learning rate, the round's increase of the cost counters, the sum of the aggregation weights the completed
+    updates entered with (1 for a normalized average; an unbiased estimator's varies around 1) and the number of
+    updates they weight, and the diagnostics the participation process and the algorithm declare (``round_stats``:
+    the same keys every round)."""
 
     round: int
     available: int
@@ -24,6 +26,8 @@ class RoundRecord:
     grad_evals: int
     floats_up: int
     floats_down: int
+    weight_sum: float = 0.0
+    contributors: int = 0
     extra: Dict[str, float] = field(default_factory=dict)
 
     def row(self) -> Dict[str, Any]:

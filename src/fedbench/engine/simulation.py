@@ -29,7 +29,7 @@ from fedbench.errors import ConfigError, require
 from fedbench.logging import RunLogger
 from fedbench.participation import LayerContext, ParticipationProcess
 from fedbench.records import Cost, RoundContext
-from fedbench.engine.callbacks import Divergence, Evaluation, RoundLog, compose
+from fedbench.engine.callbacks import AggregationAudit, Divergence, Evaluation, RoundLog, compose
 from fedbench.engine.metrics import EvalRecord, RoundRecord
 
 
@@ -78,7 +78,8 @@ class Simulation:
         self.algo = algo_cls(
             cfg.algo, AlgoContext(self.x.numel(), n, self.data.sizes, self.device, seed, self.store,
                                   cfg.client.local_steps, cfg.client.batch_size, self.module.flat.sizes,
-                                  [sum(p.numel() for p in b.parameters()) for b in model.blocks()])
+                                  [sum(p.numel() for p in b.parameters()) for b in model.blocks()],
+                                  clients_per_round(cfg, n))
         )
         self.cohort = None
         why = self._batch_unsupported() or unsupported(self.module, self.trainer.noise_std is not None,
@@ -210,6 +211,7 @@ class Simulation:
         return RoundRecord(round=t + 1, available=int(part.available.sum()), selected=int(part.selected.size),
                            completed=int(part.completed.sum()), train_loss=float(np.mean(losses)) if losses else math.nan,
                            lr=rc.lr, **{k: v for k, v in cost.since(before).items() if not k.startswith("bytes")},
+                           weight_sum=float(np.sum(weights)), contributors=int(len(weights)),
                            extra={**self.participation.round_stats(), **self.algo.round_stats(rc)})
 
     def _cohort_updates(self, rc: RoundContext) -> Optional[list]:
@@ -348,6 +350,7 @@ class Simulation:
     def summary(self, status: str = "completed", reason: Optional[str] = None) -> Dict[str, Any]:
         """The run's summary (``summary.json``) from the evaluations so far."""
         evaluation, divergence, rounds = self._observer(Evaluation), self._observer(Divergence), self._observer(RoundLog)
+        audit = self._observer(AggregationAudit)
         history = evaluation.history if evaluation else []
         accs = [h.test_acc for h in history]
         best = int(np.argmax(accs)) if accs else None
@@ -379,6 +382,7 @@ class Simulation:
             "loss_targets": loss_targets,
             "final_global_train_loss": history[-1].global_train_loss if history else None,
             **self._val_summary(history),
+            "aggregation": audit.summary(self) if audit else None,
             "wall_time_s": wall,
             "rounds_per_s": rounds_done / wall if wall > 0 else None,
             **self.trainer.cost.totals(),
