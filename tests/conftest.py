@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -224,3 +225,31 @@ def check_evaluation(sim):
     assert acc == float((logits.argmax(1) == y).sum()) / len(y)
     assert loss == pytest.approx(float(F.cross_entropy(logits, y)), rel=1e-5)
     return loss, acc
+
+
+ROUNDS = [10, 20, 30, 40]  # the evaluations of a fake run
+
+
+def write_fake_run(folder, algo, seed, acc, status="completed", reason=None, error=None, lr=0.1):
+    """A run directory as fedbench writes it (config.yaml, metrics.csv at ROUNDS, rounds.csv, summary.json), or
+    one that failed with ``error``: for the report's tests."""
+    folder.mkdir(parents=True)
+    config = {"seed": seed, "rounds": 40, "targets": [0.5, 0.7], "algo": {"name": algo, "mu": 0.1 if algo ==
+              "fedprox" else None}, "client": {"lr": lr}, "logger": {"wandb": False},
+              "data": {"root": f"/somewhere/{seed}"}, "participation": {"name": "markov"}}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    if error:
+        (folder / "error.log").write_text(f"Traceback ...\n{error}\n")
+        return
+    with open(folder / "metrics.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["round", "test_acc", "test_loss", "train_loss", "wall_time", "grad_evals", "floats_up",
+                    "floats_down"])
+        for i, (r, a) in enumerate(zip(ROUNDS, acc)):
+            w.writerow([r, a, 2 - a, 2.1 - a, 1.5 * r, 160 * r, 1000 * r, 1000 * r])
+    with open(folder / "rounds.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["round", "available", "selected", "completed", "train_loss"])
+        for r in range(1, 41):
+            w.writerow([r, 20 + seed, 10, 9 + (r % 2), 1.0])
+    (folder / "summary.json").write_text(json.dumps({"status": status, "reason": reason, "wall_time": 60.0 + seed}))

@@ -13,31 +13,7 @@ import yaml
 
 from fedbench.report import main, report
 
-ROUNDS = [10, 20, 30, 40]
-
-
-def _write_run(folder, algo, seed, acc, status="completed", reason=None, error=None, lr=0.1):
-    folder.mkdir(parents=True)
-    config = {"seed": seed, "rounds": 40, "targets": [0.5, 0.7], "algo": {"name": algo, "mu": 0.1 if algo ==
-              "fedprox" else None}, "client": {"lr": lr}, "logger": {"wandb": False},
-              "data": {"root": f"/somewhere/{seed}"}, "participation": {"name": "markov"}}
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    if error:
-        (folder / "error.log").write_text(f"Traceback ...\n{error}\n")
-        return
-    with open(folder / "metrics.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["round", "test_acc", "test_loss", "train_loss", "wall_time", "grad_evals", "floats_up",
-                    "floats_down"])
-        for i, (r, a) in enumerate(zip(ROUNDS, acc)):
-            w.writerow([r, a, 2 - a, 2.1 - a, 1.5 * r, 160 * r, 1000 * r, 1000 * r])
-    with open(folder / "rounds.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["round", "available", "selected", "completed", "train_loss"])
-        for r in range(1, 41):
-            w.writerow([r, 20 + seed, 10, 9 + (r % 2), 1.0])
-    (folder / "summary.json").write_text(json.dumps({"status": status, "reason": reason, "wall_time": 60.0 + seed}))
-
+from conftest import ROUNDS, write_fake_run as _write_run
 
 ACCS = {("fedavg", 0): [0.3, 0.5, 0.6, 0.65], ("fedavg", 1): [0.35, 0.45, 0.62, 0.7],
         ("fedavg", 2): [0.2, 0.55, 0.71, 0.69], ("mifa", 0): [0.4, 0.6, 0.72, 0.8],

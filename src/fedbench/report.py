@@ -33,6 +33,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import yaml
 
+from fedbench import stats
 from fedbench.engine.metrics import COST_AXES, CURVES, DERIVED, label
 from fedbench.tree import flatten
 
@@ -63,6 +64,14 @@ class Run:
 class Group:
     label: str
     runs: List[Run] = field(default_factory=list)
+    values: Dict[str, object] = field(default_factory=dict)  # the label keys' values
+
+    def by_seed(self, score) -> Dict[int, float]:
+        """{seed: score(run)} over the completed runs (the first run of a seed, if one is repeated)."""
+        out: Dict[int, float] = {}
+        for r in self.completed:
+            out.setdefault(r.seed, float(score(r)))
+        return out
 
     @property
     def completed(self) -> List[Run]:
@@ -138,7 +147,7 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None) -> List[Gr
         ident = json.dumps([repr(run.config.get(k)) for k in identity])
         if ident not in groups:
             label = ", ".join(f"{re.sub(r'[.](name|kind)$', '', k)}={run.config.get(k)}" for k in keys) or "all runs"
-            groups[ident] = Group(label)
+            groups[ident] = Group(label, values={k: run.config.get(k) for k in keys})
         groups[ident].runs.append(run)
     labels = [g.label for g in groups.values()]
     for i, g in enumerate(groups.values()):  # configurations that differ only in explained keys
@@ -329,7 +338,87 @@ def _html_table(header: List[str], rows: List[List[str]]) -> str:
 _MISSING = ' onerror="this.replaceWith(\'image missing: \' + this.getAttribute(\'src\'))"'
 
 
-def index_html(title: str, rows: List[dict], part: List[dict], targets: Sequence[float], n_runs: int) -> str:
+#: the scores compared seed by seed: the last evaluation's and the best test accuracy
+SCORES = (("final test acc", lambda r: r.metrics["test_acc"][-1]), ("best test acc", lambda r: np.nanmax(r.metrics["test_acc"])))
+
+
+def comparisons(groups: List[Group]) -> List[dict]:
+    """Every pair of groups whose labels differ in exactly one key, compared on each score over the seeds both
+    completed (``fedbench.stats.paired``)."""
+    rows = []
+    for i, a in enumerate(groups):
+        for b in groups[i + 1:]:
+            differ = [k for k in a.values if a.values.get(k) != b.values.get(k)]
+            if len(differ) != 1:
+                continue
+            key = differ[0]
+            names = (f"{key}={a.values[key]}", f"{key}={b.values[key]}")
+            for score, fn in SCORES:
+                seeds, x, y = stats.shared_seeds(a.by_seed(fn), b.by_seed(fn))
+                result = stats.paired(x, y, names)
+                rows.append({"a": a.label, "b": b.label, "differ": key, "score": score, "seeds": seeds,
+                             **result.row(), "ci": stats.fmt_ci(result)})
+    return rows
+
+
+def aggregate(groups: List[Group], key: Optional[str]) -> List[dict]:
+    """Per value of ``key`` (e.g. algo.name) over all groups (experiments, participation processes...): the
+    interquartile mean of the final test accuracy of every completed run, with a bootstrap CI."""
+    if not key:
+        return []
+    values: Dict[str, List[float]] = {}
+    for g in groups:
+        values.setdefault(str(g.values.get(key)), []).extend(SCORES[0][1](r) for r in g.completed)
+    return [{"key": key, "value": v, **dict(zip(("iqm", "ci_low", "ci_high", "n"), stats.iqm(xs))), "scores": xs}
+            for v, xs in values.items()]
+
+
+def _comparisons_md(rows: List[dict], agg: List[dict]) -> str:
+    lines = ["# Paired comparisons", "",
+             "Groups that differ in one key, compared seed by seed (the same seed: the same partition and "
+             "participation trace). Mean paired difference A − B with its 95 % bootstrap CI over the shared seeds, "
+             "P(A > B) over those seeds, and a verdict that names a winner only when the CI excludes 0.", "",
+             "| A | B | score | seeds | A − B [95% CI] | P(A > B) | verdict |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        p = "—" if r["n"] == 0 else f"{r['p_improvement']:.2f}"
+        lines.append(f"| {r['a']} | {r['b']} | {r['score']} | {r['n']} | {r['ci']} | {p} | {r['verdict']} |")
+    if not rows:
+        lines.append("| — | — | — | — | — | — | no two groups differ in exactly one key |")
+    if agg:
+        lines += ["", f"## Aggregate over all groups, by {agg[0]['key']}", "",
+                  "Interquartile mean of the final test accuracy over every completed run (95 % bootstrap CI); "
+                  "the performance profile is `profile.png`.", "", "| value | runs | IQM [95% CI] |", "|---|---|---|"]
+        for a in agg:
+            ci = "—" if a["n"] < 2 else f"{a['iqm']:.4f} [{a['ci_low']:.4f}, {a['ci_high']:.4f}]"
+            lines.append(f"| {a['value']} | {a['n']} | {ci} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_profile(agg: List[dict], out: Path) -> None:
+    """The performance profile of ``aggregate``: fraction of runs with final test accuracy > tau."""
+    if not agg:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    taus = np.linspace(0, 1, 101)
+    fig, ax = plt.subplots(figsize=(5, 3.8), dpi=110)
+    for k, a in enumerate(agg):
+        style, marker = STYLES[k % len(STYLES)]
+        ax.plot(taus, stats.profile(a["scores"], taus), linestyle=style, marker=marker, markevery=10,
+                label=f"{a['value']} ({a['n']} runs)")
+    ax.set_xlabel("final test accuracy threshold τ")
+    ax.set_ylabel("fraction of runs > τ")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "profile.png")
+    plt.close(fig)
+
+
+def index_html(title: str, rows: List[dict], part: List[dict], targets: Sequence[float], n_runs: int,
+               compared: str = "") -> str:
     results = _html_table(_columns(targets), [[html.escape(c) for c in _cells(r, targets)] for r in rows])
     part_rows = [[html.escape(r["group"]), _fmt(r["available"], 3), _fmt(r["selected"], 3), _fmt(r["completed"], 3),
                   f'<img src="{r["trace"]}" alt="participation trace, seed {r["trace_seed"]}" width="360"{_MISSING}>'
@@ -345,7 +434,19 @@ def index_html(title: str, rows: List[dict], part: List[dict], targets: Sequence
             f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<p>{n_runs} runs in {len(rows)} groups; mean ± sample std over completed seeds "
             f"(files: results.md, results.tex, report.json).</p><h2>Results</h2>{results}"
-            f"<h2>Learning curves</h2>{curves}<h2>Participation</h2>{parts}</body></html>\n")
+            f"<h2>Learning curves</h2>{curves}{compared}<h2>Participation</h2>{parts}</body></html>\n")
+
+
+def _compared_html(pairs: List[dict], agg: List[dict]) -> str:
+    if not pairs and not agg:
+        return ""
+    table = _html_table(["A", "B", "score", "seeds", "A − B [95% CI]", "P(A > B)", "verdict"],
+                        [[html.escape(r["a"]), html.escape(r["b"]), r["score"], str(r["n"]), r["ci"],
+                          "—" if r["n"] == 0 else f"{r['p_improvement']:.2f}", html.escape(r["verdict"])]
+                         for r in pairs])
+    profile = (f'<img src="profile.png" alt="performance profile" style="max-width:100%"{_MISSING}>' if agg else "")
+    return (f"<h2>Paired comparisons</h2><p>Seed by seed (same partition and trace); 95 % bootstrap CIs over the "
+            f"shared seeds (comparisons.md).</p>{table}{profile}")
 
 
 def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[Sequence[str]] = None,
@@ -370,12 +471,19 @@ def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[
     plot_curves(groups, out)
     part = participation_rows(groups, out)
     (out / "participation.md").write_text(_participation_md(part))
+    pairs = comparisons(groups)
+    varying = [k for k in (groups[0].values if groups else {}) if len({repr(g.values.get(k)) for g in groups}) > 1]
+    agg = aggregate(groups, "algo.name" if "algo.name" in varying else (varying[0] if varying else None))
+    (out / "comparisons.md").write_text(_comparisons_md(pairs, agg))
+    plot_profile(agg, out)
     (out / "report.json").write_text(json.dumps(
         {"targets": list(targets), "groups": [{**r, "members": [str(run.path) for run in g.runs]}
-                                              for r, g in zip(rows, groups)]},
+                                              for r, g in zip(rows, groups)],
+         "comparisons": pairs, "aggregate": [{k: v for k, v in a.items() if k != "scores"} for a in agg]},
         indent=2, default=lambda v: None if isinstance(v, float) and not math.isfinite(v) else str(v)))
+    compared = _compared_html(pairs, agg)
     (out / "index.html").write_text(index_html(f"fedbench report: {', '.join(d.name for d in dirs)}",
-                                               rows, part, targets, len(runs)))
+                                               rows, part, targets, len(runs), compared))
     return out
 
 

@@ -1,0 +1,102 @@
+"""Paired statistics for a sweep: the same seed gives every method of a sweep the same partition and participation
+trace, so two methods are compared seed by seed.
+
+* ``paired``: the mean of the per-seed differences d_s = A_s - B_s with a 95 % bootstrap confidence interval over
+  the seeds (``scipy.stats.bootstrap``, percentile method; one resample draws seeds, so each seed's pair stays
+  together), the probability of improvement P(A > B) = mean_s [1(d_s > 0) + 1/2 1(d_s = 0)], and a verdict that
+  names the better method only when the interval excludes 0.
+* ``iqm``: the interquartile mean (the mean of the middle 50 % of scores, ``scipy.stats.trim_mean(x, 0.25)``) with
+  a bootstrap CI, and ``profile``: the fraction of runs scoring above each threshold -- the aggregate views of
+  Agarwal et al., *Deep RL at the Edge of the Statistical Precipice* (NeurIPS 2021), over several experiments.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+RESAMPLES = 10_000
+
+
+@dataclass
+class Paired:
+    n: int  # seeds both methods completed
+    mean: float  # mean paired difference A - B
+    low: float  # CI bounds (nan with fewer than 2 seeds)
+    high: float
+    p_improvement: float  # P(A > B) over the seeds
+    verdict: str
+
+    def row(self) -> dict:
+        return {"n": self.n, "mean_diff": self.mean, "ci_low": self.low, "ci_high": self.high,
+                "p_improvement": self.p_improvement, "verdict": self.verdict}
+
+
+def bootstrap_ci(values: Sequence[float], statistic=np.mean, seed: int = 0) -> tuple:
+    """(low, high) of the 95 % percentile bootstrap CI of ``statistic`` over ``values`` (nan with fewer than two;
+    the value itself when every value is equal, where resampling cannot vary)."""
+    v = np.asarray(values, dtype=float)
+    if v.size < 2:
+        return math.nan, math.nan
+    if np.all(v == v[0]):
+        s = float(statistic(v))
+        return s, s
+    res = stats.bootstrap((v,), statistic, confidence_level=CONFIDENCE, n_resamples=RESAMPLES, method="percentile",
+                          vectorized=False, rng=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def paired(a: Sequence[float], b: Sequence[float], names: tuple = ("A", "B"), seed: int = 0) -> Paired:
+    """Compare ``a`` and ``b``, aligned by seed (``a[i]`` and ``b[i]`` share seed i)."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    d = d[np.isfinite(d)]
+    if d.size == 0:
+        return Paired(0, math.nan, math.nan, math.nan, math.nan, "no shared seeds")
+    low, high = bootstrap_ci(d, seed=seed)
+    p = float(np.mean((d > 0) + 0.5 * (d == 0)))
+    if d.size < 2:
+        verdict = "one seed: no interval"
+    elif low > 0:
+        verdict = f"{names[0]} better"
+    elif high < 0:
+        verdict = f"{names[1]} better"
+    else:
+        verdict = f"not distinguishable at n={d.size}"
+    return Paired(int(d.size), float(d.mean()), low, high, p, verdict)
+
+
+def iqm(values: Sequence[float], seed: int = 0) -> tuple:
+    """(interquartile mean, CI low, CI high, n) of the finite ``values``."""
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return math.nan, math.nan, math.nan, 0
+    middle = lambda x, axis=-1: stats.trim_mean(x, 0.25, axis=axis)  # noqa: E731
+    low, high = bootstrap_ci(v, middle, seed)
+    return float(middle(v)), low, high, int(v.size)
+
+
+def profile(values: Sequence[float], thresholds: np.ndarray) -> np.ndarray:
+    """The performance profile: for each threshold tau, the fraction of runs scoring above it."""
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return np.full(len(thresholds), math.nan)
+    return (v[None, :] > np.asarray(thresholds)[:, None]).mean(axis=1)
+
+
+def shared_seeds(a: dict, b: dict) -> tuple:
+    """(seeds in both, a's values, b's values) of two {seed: value} maps, seeds in order."""
+    seeds = sorted(set(a) & set(b))
+    return seeds, [a[s] for s in seeds], [b[s] for s in seeds]
+
+
+def fmt_ci(p: Optional[Paired], digits: int = 3) -> str:
+    if p is None or p.n == 0:
+        return "—"
+    if math.isnan(p.low):
+        return f"{p.mean:+.{digits}f}"
+    return f"{p.mean:+.{digits}f} [{p.low:+.{digits}f}, {p.high:+.{digits}f}]"

@@ -1,0 +1,63 @@
+"""Paired statistics (``fedbench.stats``) against hand-computed cases and scipy, and the report's comparisons on a
+synthetic sweep (paired by seed, one differing key, verdicts only where the CI excludes 0)."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from fedbench import stats
+from fedbench.report import report
+
+from conftest import write_fake_run
+
+
+def test_paired_difference_hand_computed():
+    # d = (1, 3): bootstrap means are 1, 2, 2, 3 with equal probability -> the 95% percentile CI is [1, 3]
+    p = stats.paired([1.0, 3.0], [0.0, 0.0], ("A", "B"))
+    assert (p.n, p.mean, p.low, p.high, p.p_improvement, p.verdict) == (2, 2.0, 1.0, 3.0, 1.0, "A better")
+    q = stats.paired([0.5, 0.7, 0.6], [0.6, 0.6, 0.6], ("A", "B"))  # d = (-.1, .1, 0): P(A > B) = (0 + 1 + .5) / 3
+    assert q.p_improvement == pytest.approx(0.5) and q.verdict == "not distinguishable at n=3"
+    assert stats.paired([0.1, 0.2], [0.5, 0.9], ("A", "B")).verdict == "B better"
+    assert stats.paired([0.7], [0.6]).verdict == "one seed: no interval" and math.isnan(stats.paired([0.7], [0.6]).low)
+    assert stats.paired([], []).n == 0
+    assert stats.bootstrap_ci([0.2, 0.2, 0.2]) == pytest.approx((0.2, 0.2))  # nothing to resample
+
+
+def test_paired_ci_equals_scipys_bootstrap_on_random_data():
+    rng = np.random.default_rng(3)
+    for n in (3, 5, 10):
+        a, b = rng.normal(0.7, 0.05, n), rng.normal(0.68, 0.05, n)
+        p = stats.paired(a, b, seed=11)
+        ref = sps.bootstrap((a - b,), np.mean, confidence_level=0.95, n_resamples=stats.RESAMPLES,
+                            method="percentile", vectorized=False, rng=np.random.default_rng(11))
+        assert (p.low, p.high) == (ref.confidence_interval.low, ref.confidence_interval.high)
+        assert p.mean == pytest.approx(float(np.mean(a - b)))
+
+
+def test_iqm_and_profile():
+    iqm, low, high, n = stats.iqm([0.0, 0.5, 0.6, 0.7, 0.8, 10.0, 0.55, 0.65])
+    assert n == 8 and iqm == pytest.approx(np.mean([0.55, 0.6, 0.65, 0.7]))  # the middle half of the sorted eight
+    assert low <= iqm <= high
+    np.testing.assert_allclose(stats.profile([0.2, 0.6, 0.9], np.array([0.0, 0.5, 0.95])), [1.0, 2 / 3, 0.0])
+
+
+def test_report_writes_paired_comparisons(tmp_path):
+    root = tmp_path / "sweep"
+    # B beats A by 0.02-0.04 on every seed (paired); C is A plus noise larger than its mean difference
+    finals = {"a": [0.60, 0.70, 0.65, 0.62], "b": [0.63, 0.72, 0.69, 0.64], "c": [0.68, 0.61, 0.66, 0.63]}
+    k = 0
+    for algo, accs in finals.items():
+        for seed, acc in enumerate(accs):
+            write_fake_run(root / str(k), algo, seed, [0.1, 0.2, acc - 0.1, acc])
+            k += 1
+    out = report([root])
+    text = (out / "comparisons.md").read_text()
+    rows = {(r.split("|")[1].strip(), r.split("|")[2].strip(), r.split("|")[3].strip()): r for r in
+            text.splitlines() if r.startswith("| algo")}
+    ab = rows[("algo=a", "algo=b", "final test acc")]
+    assert "algo.name=algo=b better" not in ab and "algo.name=b better" in ab and "| 4 |" in ab
+    assert "not distinguishable at n=4" in rows[("algo=a", "algo=c", "final test acc")]
+    assert (out / "profile.png").is_file() and "Paired comparisons" in (out / "index.html").read_text()
+    assert "IQM" in text
