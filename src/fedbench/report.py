@@ -352,7 +352,8 @@ def comparisons(groups: List[Group]) -> List[dict]:
             if len(differ) != 1:
                 continue
             key = differ[0]
-            names = (f"{key}={a.values[key]}", f"{key}={b.values[key]}")
+            short = re.sub(r"[.](name|kind)$", "", key)
+            names = (f"{short}={a.values[key]}", f"{short}={b.values[key]}")
             for score, fn in SCORES:
                 seeds, x, y = stats.shared_seeds(a.by_seed(fn), b.by_seed(fn))
                 result = stats.paired(x, y, names)
