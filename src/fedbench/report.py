@@ -186,11 +186,23 @@ def first_reaching(run: Run, target: float, metric: str = "test_acc") -> Optiona
     return int(hits[0]) if hits.size else None
 
 
+def final_acc(run: Run) -> float:
+    return float(run.metrics["test_acc"][-1])
+
+
+def best_acc(run: Run) -> float:
+    return float(np.nanmax(run.metrics["test_acc"]))
+
+
+#: the scores compared seed by seed (``comparisons``) and aggregated (``aggregate``: the first)
+SCORES = (("final test acc", final_acc), ("best test acc", best_acc))
+
+
 def group_table(group: Group, targets: Sequence[float]) -> dict:
     done = group.completed
     row = {"group": group.label, "runs": len(group.runs), "completed": len(done),
-           "final_acc": mean_std([r.metrics["test_acc"][-1] for r in done]),
-           "best_acc": mean_std([np.nanmax(r.metrics["test_acc"]) for r in done]),
+           "final_acc": mean_std([final_acc(r) for r in done]),
+           "best_acc": mean_std([best_acc(r) for r in done]),
            "wall_time": mean_std([r.wall for r in done]),
            "flags": [f"{r.status} (seed {r.seed}): {r.reason or 'no reason recorded'}" for r in group.runs
                      if r not in done], "targets": {}}
@@ -338,10 +350,6 @@ def _html_table(header: List[str], rows: List[List[str]]) -> str:
 _MISSING = ' onerror="this.replaceWith(\'image missing: \' + this.getAttribute(\'src\'))"'
 
 
-#: the scores compared seed by seed: the last evaluation's and the best test accuracy
-SCORES = (("final test acc", lambda r: r.metrics["test_acc"][-1]), ("best test acc", lambda r: np.nanmax(r.metrics["test_acc"])))
-
-
 def comparisons(groups: List[Group]) -> List[dict]:
     """Every pair of groups whose labels differ in exactly one key, compared on each score over the seeds both
     completed (``fedbench.stats.paired``)."""
@@ -369,7 +377,7 @@ def aggregate(groups: List[Group], key: Optional[str]) -> List[dict]:
         return []
     values: Dict[str, List[float]] = {}
     for g in groups:
-        values.setdefault(str(g.values.get(key)), []).extend(SCORES[0][1](r) for r in g.completed)
+        values.setdefault(str(g.values.get(key)), []).extend(final_acc(r) for r in g.completed)
     return [{"key": key, "value": v, **dict(zip(("iqm", "ci_low", "ci_high", "n"), stats.iqm(xs))), "scores": xs}
             for v, xs in values.items()]
 

@@ -37,7 +37,7 @@ class FedPAGE(Algorithm):
 
     @dataclass
     class Config(AlgoConfig):
-        p_page: float = option(0.5, ge=0, le=1)  # probability of a full round (FedAMD's FMNIST code: 0.5, EMNIST code: 0.2)
+        p_page: float = option(0.5, ge=0, le=1)  # probability of a full round (FedAMD's code: FMNIST 0.5, EMNIST 0.2)
         carry_server_lr: bool = False  # official code: the recursion carries eta_s d_t
 
     def __init__(self, cfg, ctx):

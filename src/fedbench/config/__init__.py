@@ -45,12 +45,14 @@ def register_configs() -> None:
     for group, registry in (("algo", ALGORITHMS), ("dataset", DATASETS), ("partition", PARTITIONERS),
                             ("model", MODELS)):
         for name in registry:
-            cs.store(group=f"schema/{group}", name=name, node=registry.config(name))
-            cs.store(group=group, name=name, node=registry.config(name))
+            node = registry.config(name)
+            cs.store(group=f"schema/{group}", name=name, node=node)
+            cs.store(group=group, name=name, node=node)
     for layer, registry in LAYERS.items():
         for name in registry:
-            cs.store(group=f"schema/participation/{layer}", name=name, node=registry.config(name))
-            cs.store(group=f"participation/{layer}", name=name, node=registry.config(name))
+            node = registry.config(name)
+            cs.store(group=f"schema/participation/{layer}", name=name, node=node)
+            cs.store(group=f"participation/{layer}", name=name, node=node)
     _registered = True
 
 

@@ -15,7 +15,7 @@ schemas, so a typo is an error, never a silently ignored setting.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, List, Set
+from typing import List, Set
 
 from omegaconf import DictConfig, OmegaConf
 

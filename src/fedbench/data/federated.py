@@ -88,8 +88,10 @@ def split_validation(central: CentralData, fraction: float, seed: int) -> tuple:
     test set is never touched; a natural per-user split loses the same samples."""
     labels = central.y_train.numpy()
     rng = numpy_rng(seed, "data/validation")
-    held = [rng.permutation(np.flatnonzero(labels == c))[: int(round(fraction * np.sum(labels == c)))]
-            for c in np.unique(labels)]
+    held = []
+    for c in np.unique(labels):
+        members = np.flatnonzero(labels == c)
+        held.append(rng.permutation(members)[: int(round(fraction * members.size))])
     val = np.sort(np.concatenate(held))
     require(val.size > 0, "data.val_fraction", f"{fraction} of {labels.size} training samples is no sample.",
             "use a larger fraction, or 0 for no validation set.")

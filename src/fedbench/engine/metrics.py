@@ -35,8 +35,9 @@ class RoundRecord:
         return {**out, **self.extra}
 
 
-def _column(label: str) -> Any:
-    return field(metadata={"label": label})
+def _column(label: str, **default: Any) -> Any:
+    """A field labelled ``label`` in reports (``default=None``: a column only some runs have)."""
+    return field(metadata={"label": label}, **default)
 
 
 @dataclass
@@ -58,10 +59,10 @@ class EvalRecord:
     floats_down: int = _column("floats downloaded")
     bytes_up: int = _column("bytes uploaded")
     bytes_down: int = _column("bytes downloaded")
-    global_train_loss: Optional[float] = field(default=None, metadata={"label": "global training loss"})
-    global_train_acc: Optional[float] = field(default=None, metadata={"label": "global training accuracy"})
-    val_loss: Optional[float] = field(default=None, metadata={"label": "validation loss"})
-    val_acc: Optional[float] = field(default=None, metadata={"label": "validation accuracy"})
+    global_train_loss: Optional[float] = _column("global training loss", default=None)
+    global_train_acc: Optional[float] = _column("global training accuracy", default=None)
+    val_loss: Optional[float] = _column("validation loss", default=None)
+    val_acc: Optional[float] = _column("validation accuracy", default=None)
 
     def row(self) -> Dict[str, Any]:
         """The CSV row (the optional training-set columns only when evaluated)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from fedbench.algorithms.base import Aggregation, Weighting
 from fedbench.engine.callbacks.base import Callback
 
 TOLERANCE = 1e-6
@@ -15,7 +16,7 @@ TOLERANCE = 1e-6
 
 def _settings(sim) -> tuple:
     cfg = sim.cfg.algo
-    return str(getattr(cfg.weighting, "value", cfg.weighting)), str(getattr(cfg.aggregation, "value", cfg.aggregation))
+    return Weighting(cfg.weighting).value, Aggregation(cfg.aggregation).value
 
 
 class AggregationAudit(Callback):
