@@ -234,7 +234,7 @@ def write_fake_run(folder, algo, seed, acc, status="completed", reason=None, err
     """A run directory as fedbench writes it (config.yaml, metrics.csv at ROUNDS, rounds.csv, summary.json), or
     one that failed with ``error``: for the report's tests."""
     folder.mkdir(parents=True)
-    config = {"seed": seed, "rounds": 40, "targets": [0.5, 0.7], "algo": {"name": algo, "mu": 0.1 if algo ==
+    config = {"seed": seed, "rounds": 40, "targets": [0.5, 0.7], "algo": {"name": algo, "kind": algo, "mu": 0.1 if algo ==
               "fedprox" else None}, "client": {"lr": lr}, "logger": {"wandb": False},
               "data": {"root": f"/somewhere/{seed}"}, "participation": {"name": "markov"}}
     (folder / "config.yaml").write_text(yaml.safe_dump(config))

@@ -85,7 +85,7 @@ def test_the_root_yaml_only_composes():
 def _configs():
     yield from (cls.Config for _, cls in ALGORITHMS.items())
     yield from (cls.Config for registry in LAYERS.values() for _, cls in registry.items())
-    yield from (v for v in vars(schema).values() if dataclasses.is_dataclass(v))
+    yield from (v for v in vars(schema).values() if isinstance(v, type) and dataclasses.is_dataclass(v))
 
 
 def _default(f):
@@ -94,13 +94,14 @@ def _default(f):
 
 @pytest.mark.parametrize("config", sorted(set(_configs()), key=lambda c: c.__qualname__), ids=lambda c: c.__qualname__)
 def test_a_config_class_does_not_repeat_an_inherited_default(config):
+    """A field declared again changes its default or its declaration (rule, search space), never neither."""
     for parent in config.__mro__[1:]:
         if not dataclasses.is_dataclass(parent):
             continue
-        inherited = {f.name: _default(f) for f in dataclasses.fields(parent)}
+        inherited = {f.name: (_default(f), dict(f.metadata)) for f in dataclasses.fields(parent)}
         own = {f.name: f for f in dataclasses.fields(config) if f.name in vars(config).get("__annotations__", {})}
         for name, f in own.items():
-            assert name not in inherited or inherited[name] != _default(f), \
+            assert name not in inherited or inherited[name] != (_default(f), dict(f.metadata)), \
                 f"{config.__qualname__}.{name} repeats {parent.__qualname__}'s default {inherited[name]!r}"
 
 

@@ -14,11 +14,12 @@ PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml") if p.s
 
 
 def _sweeps(name: str) -> list:
-    """The overrides of each job the preset's "Compare:" comment sweeps (one value list per key)."""
+    """The overrides of each job the preset's "Compare:" comment sweeps (one value list per key; fedbench-tune's
+    ``--algos a,b`` as ``algo=a,b``)."""
     text = (CONF_DIR / "experiment" / f"{name}.yaml").read_text()
     jobs = []
-    for key, values in re.findall(r"((?:algo|participation/selection))=([\w.,]+)", text.split("Compare")[-1]):
-        jobs += [f"{key}={v}" for v in values.split(",")]
+    for key, values in re.findall(r"(algo|participation/selection|--algos)[= ]([\w.,]+)", text.split("Compare")[-1]):
+        jobs += [f"{key.replace('--algos', 'algo')}={v}" for v in values.split(",")]
     return jobs
 
 

@@ -16,10 +16,18 @@ from conftest import write_fake_run
 def test_paired_difference_hand_computed():
     # d = (1, 3): bootstrap means are 1, 2, 2, 3 with equal probability -> the 95% percentile CI is [1, 3]
     p = stats.paired([1.0, 3.0], [0.0, 0.0], ("A", "B"))
-    assert (p.n, p.mean, p.low, p.high, p.p_improvement, p.verdict) == (2, 2.0, 1.0, 3.0, 1.0, "A better")
+    # the bootstrap interval of two seeds is [min d, max d], which excludes 0; the t-interval 2 +- 12.706 * 1 does
+    # not, so no verdict at n = 2
+    assert (p.n, p.mean, p.low, p.high, p.p_improvement) == (2, 2.0, 1.0, 3.0, 1.0)
+    assert p.verdict == "not distinguishable at n=2"
+    assert stats.t_interval(np.array([1.0, 3.0])) == pytest.approx((2 - 12.7062047, 2 + 12.7062047))
+    # d = (.02, .03, .04, .03, .025): mean .029, sem sqrt(55e-6 / 5) = .0033166, t_4 = 2.7764451: .029 -+ .0092084
+    five = stats.paired([0.52, 0.53, 0.54, 0.53, 0.525], [0.5] * 5, ("A", "B"))
+    assert stats.t_interval(np.array([0.02, 0.03, 0.04, 0.03, 0.025])) == pytest.approx((0.0197916, 0.0382084), rel=1e-5)
+    assert five.verdict == "A better"
     q = stats.paired([0.5, 0.7, 0.6], [0.6, 0.6, 0.6], ("A", "B"))  # d = (-.1, .1, 0): P(A > B) = (0 + 1 + .5) / 3
     assert q.p_improvement == pytest.approx(0.5) and q.verdict == "not distinguishable at n=3"
-    assert stats.paired([0.1, 0.2], [0.5, 0.9], ("A", "B")).verdict == "B better"
+    assert stats.paired([0.1, 0.2, 0.15], [0.5, 0.9, 0.6], ("A", "B")).verdict == "B better"
     assert stats.paired([0.7], [0.6]).verdict == "one seed: no interval" and math.isnan(stats.paired([0.7], [0.6]).low)
     assert stats.paired([], []).n == 0
     assert stats.bootstrap_ci([0.2, 0.2, 0.2]) == pytest.approx((0.2, 0.2))  # nothing to resample

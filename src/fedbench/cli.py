@@ -341,6 +341,8 @@ class SweepTable(Callback):
     ``SWEEP_FAILED`` then says whether a job failed for a reason other than divergence."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if "fedbench_tune" in str(config.hydra.sweeper.get("_target_", "")):
+            return  # fedbench-tune prints its own selection and job statuses
         sweep = Path(to_absolute_path(config.hydra.sweep.dir))
         jobs = sorted((d for d in sweep.iterdir() if d.is_dir() and (d / ".hydra").is_dir()),
                       key=lambda d: (len(d.name), d.name)) if sweep.is_dir() else []

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from fedbench.errors import ConfigError
 
 META = "fedbench"  # the key of a field's metadata that holds its Rule
+TUNE = "fedbench.tune"  # the key that holds its search space (``Search``)
 
 
 @dataclass(frozen=True)
@@ -83,18 +84,44 @@ class Rule:
 DEFAULT_RULE = Rule()  # an undeclared number: finite and >= 0
 
 
+@dataclass(frozen=True)
+class Search:
+    """The search space ``fedbench-tune`` gives an option by default: the grid points (``values``), which the
+    ``tpe`` sampler reads as the interval [min, max] (log-uniform with ``log``)."""
+
+    values: Tuple[Any, ...]
+    log: bool = False
+
+
+#: the default local step-size grid: half decades from 1e-3 to 1
+LR_GRID = Search((1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001), log=True)
+
+
+
+
 def option(default: Any = MISSING, *, factory: Optional[Callable[[], Any]] = None, ge: Optional[float] = None,
            gt: Optional[float] = None, le: Optional[float] = None, lt: Optional[float] = None, signed: bool = False,
-           choices: Sequence[str] = (), pattern: Optional[str] = None, describe: str = "") -> Any:
-    """A dataclass field with its default (or ``factory``) and its allowed values (see ``Rule``)."""
-    rule = Rule(ge, gt, le, lt, signed, tuple(choices), pattern, describe)
+           choices: Sequence[str] = (), pattern: Optional[str] = None, describe: str = "",
+           tune: Optional[Search] = None) -> Any:
+    """A dataclass field with its default (or ``factory``), its allowed values (see ``Rule``) and, with ``tune``,
+    the search space ``fedbench-tune`` gives it by default."""
+    metadata = {META: Rule(ge, gt, le, lt, signed, tuple(choices), pattern, describe)}
+    if tune is not None:
+        metadata[TUNE] = tune
     if factory is not None:
-        return field(default_factory=factory, metadata={META: rule})
-    return field(default=default, metadata={META: rule})
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 def rule_of(f: dataclasses.Field) -> Rule:
     return f.metadata.get(META, DEFAULT_RULE)
+
+
+def declared_searches(cls: type) -> Iterator[Tuple[str, Search]]:
+    """(field name, search space) of every field of ``cls`` declared with ``option(..., tune=...)``."""
+    for f in dataclasses.fields(cls):
+        if TUNE in f.metadata:
+            yield f.name, f.metadata[TUNE]
 
 
 def declared_rules(cls: type) -> Iterator[Tuple[str, Rule]]:

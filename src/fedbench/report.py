@@ -127,12 +127,13 @@ def _ignored(key: str) -> bool:
     return any(fnmatch(key, pattern) for pattern in IGNORED)
 
 
-def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None) -> List[Group]:
+def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None, tuned: Sequence[str] = ()) -> List[Group]:
     """Groups of runs equal in every key but the ignored ones (or equal in ``keys``), labelled by the keys that
     vary; a sub-key of a group option that only varies with the option itself (``algo.mu`` with ``algo.name``) is
-    left out of the label."""
+    left out of the label. ``tuned`` keys (chosen per algorithm by ``fedbench-tune``) do not separate groups: their
+    values are appended to the label in brackets."""
     if keys is None:
-        all_keys = sorted({k for r in runs for k in r.config if not _ignored(k)})
+        all_keys = sorted({k for r in runs for k in r.config if not _ignored(k) and k not in tuned})
         keys = [k for k in all_keys if len({repr(r.config.get(k)) for r in runs}) > 1]
         keys = [k for k in keys if not _explained(k, keys, runs)]
         identity = all_keys
@@ -149,6 +150,11 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None) -> List[Gr
             label = ", ".join(f"{re.sub(r'[.](name|kind)$', '', k)}={run.config.get(k)}" for k in keys) or "all runs"
             groups[ident] = Group(label, values={k: run.config.get(k) for k in keys})
         groups[ident].runs.append(run)
+    for g in groups.values():
+        chosen = [f"{k}={'/'.join(sorted({str(r.config.get(k)) for r in g.runs}))}" for k in tuned
+                  if any(k in r.config for r in g.runs)]
+        if chosen:
+            g.label = f"{g.label} [{', '.join(chosen)}]"
     labels = [g.label for g in groups.values()]
     for i, g in enumerate(groups.values()):  # configurations that differ only in explained keys
         if labels.count(g.label) > 1:
@@ -158,7 +164,10 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None) -> List[Gr
 
 def _explained(key: str, varying: Sequence[str], runs: List[Run]) -> bool:
     """Whether ``key`` varies only with a varying option above it (``<prefix>.name`` or ``<prefix>.kind``: ``algo.mu``
-    with ``algo.name``, ``participation.selection.mode`` with ``participation.selection.kind``)."""
+    with ``algo.name``, ``participation.selection.mode`` with ``participation.selection.kind``). An option's
+    ``name`` is its label and never explained (``algo.kind`` is, by ``algo.name``)."""
+    if key.endswith(".name"):
+        return False
     parts = key.split(".")
     for i in range(len(parts) - 1, 0, -1):
         for option in (".".join(parts[:i]) + ".name", ".".join(parts[:i]) + ".kind"):
@@ -459,8 +468,9 @@ def _compared_html(pairs: List[dict], agg: List[dict]) -> str:
 
 
 def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[Sequence[str]] = None,
-           targets: Optional[Sequence[float]] = None) -> Path:
-    """Write the report of the runs under ``dirs``; return its folder."""
+           targets: Optional[Sequence[float]] = None, tuned: Sequence[str] = ()) -> Path:
+    """Write the report of the runs under ``dirs``; return its folder. ``tuned``: keys chosen per group by
+    ``fedbench-tune`` (shown in the labels, not separating groups)."""
     dirs = [Path(d) for d in dirs]
     for d in dirs:
         if not d.is_dir():
@@ -473,7 +483,7 @@ def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[
         targets = sorted({float(t) for r in runs for t in (r.config.get("targets") or [])})
     out = Path(out) if out else dirs[0] / "report"
     out.mkdir(parents=True, exist_ok=True)
-    groups = group_runs(runs, group_by)
+    groups = group_runs(runs, group_by, tuned)
     rows = [group_table(g, targets) for g in groups]
     (out / "results.md").write_text(markdown(rows, targets))
     (out / "results.tex").write_text(latex(rows, targets))
@@ -503,8 +513,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--group-by", nargs="+", metavar="KEY", help="config keys that define a group")
     parser.add_argument("--targets", nargs="+", type=float, help="test-accuracy targets (default: the runs')")
     parser.add_argument("--out", type=Path, help="report folder (default: <first dir>/report)")
+    parser.add_argument("--tuned", nargs="+", default=(), metavar="KEY",
+                        help="keys tuned per group (fedbench-tune): shown in the labels, not separating groups")
     args = parser.parse_args(argv)
-    out = report(args.dirs, args.out, args.group_by, args.targets)
+    out = report(args.dirs, args.out, args.group_by, args.targets, args.tuned)
     print(f"fedbench-report: wrote {out}/index.html")
     return 0
 

@@ -4,7 +4,9 @@ trace, so two methods are compared seed by seed.
 * ``paired``: the mean of the per-seed differences d_s = A_s - B_s with a 95 % bootstrap confidence interval over
   the seeds (``scipy.stats.bootstrap``, percentile method; one resample draws seeds, so each seed's pair stays
   together), the probability of improvement P(A > B) = mean_s [1(d_s > 0) + 1/2 1(d_s = 0)], and a verdict that
-  names the better method only when the interval excludes 0.
+  names the better method only when the interval excludes 0 *and* so does the paired Student-t interval
+  (``scipy.stats.ttest_1samp``): with few seeds the percentile bootstrap is too narrow (with two seeds of the same
+  sign its interval never holds 0), and the t-interval is the honest small-sample bound.
 * ``iqm``: the interquartile mean (the mean of the middle 50 % of scores, ``scipy.stats.trim_mean(x, 0.25)``) with
   a bootstrap CI, and ``profile``: the fraction of runs scoring above each threshold -- the aggregate views of
   Agarwal et al., *Deep RL at the Edge of the Statistical Precipice* (NeurIPS 2021), over several experiments.
@@ -58,16 +60,28 @@ def paired(a: Sequence[float], b: Sequence[float], names: tuple = ("A", "B"), se
     if d.size == 0:
         return Paired(0, math.nan, math.nan, math.nan, math.nan, "no shared seeds")
     low, high = bootstrap_ci(d, seed=seed)
+    t_low, t_high = t_interval(d)
     p = float(np.mean((d > 0) + 0.5 * (d == 0)))
     if d.size < 2:
         verdict = "one seed: no interval"
-    elif low > 0:
+    elif low > 0 and t_low > 0:
         verdict = f"{names[0]} better"
-    elif high < 0:
+    elif high < 0 and t_high < 0:
         verdict = f"{names[1]} better"
     else:
         verdict = f"not distinguishable at n={d.size}"
     return Paired(int(d.size), float(d.mean()), low, high, p, verdict)
+
+
+def t_interval(d: np.ndarray) -> tuple:
+    """The 95 % Student-t interval of the mean of ``d`` (nan with fewer than two values; the value itself when all
+    are equal)."""
+    if d.size < 2:
+        return math.nan, math.nan
+    if np.all(d == d[0]):
+        return float(d[0]), float(d[0])
+    ci = stats.ttest_1samp(d, 0.0).confidence_interval(CONFIDENCE)
+    return float(ci.low), float(ci.high)
 
 
 def iqm(values: Sequence[float], seed: int = 0) -> tuple:

@@ -18,6 +18,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 from fedbench.errors import require
+from fedbench.options import Search, option
 from fedbench.records import Affine, StepHook
 
 
@@ -40,7 +41,7 @@ class FedDyn(Algorithm):
     affine_steps = True
     @dataclass
     class Config(AlgoConfig):
-        alpha: float = 0.01
+        alpha: float = option(0.01, tune=Search((0.001, 0.01, 0.1), log=True))  # grid: GradMA Sec. 5
         dynamic: bool = True
 
     def __init__(self, cfg, ctx):

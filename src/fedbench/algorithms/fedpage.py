@@ -11,6 +11,10 @@ PAGE's recursion at the server: x_{t+1} = x_t - eta_s d_t, where d_t is
 A partial round costs 2 n_i + 2 K b' gradient evaluations and 4 d floats per client (x_t, x_{t-1}, d_{t-1} down,
 the direction up); a full round n_i and 2 d. A round where nobody completes changes nothing. The recursion carries
 d_t (PAGE); ``carry_server_lr`` carries eta_s d_t instead (the official code; the same when eta_s = 1).
+
+``server_lr`` (eta_s) scales a *gradient* here, where FedAvg's scales a model delta of K local steps (about
+K eta_l times a gradient): at eta_s = 1 a full round is gradient descent at rate 1, some 1/(K eta_l) times FedAvg's
+step. Its search space (``fedbench-tune``) therefore reaches down to 0.01; a preset gives it its own value.
 """
 
 from __future__ import annotations
@@ -22,11 +26,10 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 from fedbench.algorithms.recursive import RecursiveGradient
-from fedbench.errors import require
 from fedbench.participation.base import RoundParticipation
 from fedbench.records import ClientUpdate
 from fedbench.rng import numpy_rng
-from fedbench.options import option
+from fedbench.options import Search, option
 
 
 @ALGORITHMS.register("fedpage")
@@ -38,11 +41,11 @@ class FedPAGE(Algorithm):
     @dataclass
     class Config(AlgoConfig):
         p_page: float = option(0.5, ge=0, le=1)  # probability of a full round (FedAMD's code: FMNIST 0.5, EMNIST 0.2)
+        server_lr: float = option(1.0, gt=0, tune=Search((1.0, 0.3, 0.1, 0.03, 0.01), log=True))
         carry_server_lr: bool = False  # official code: the recursion carries eta_s d_t
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        require(0 <= cfg.p_page <= 1, "algo.p_page", f"{cfg.p_page} is not a probability.", "use e.g. 0.5.")
         self.direction = self.declare("direction", torch.zeros(ctx.dim, device=ctx.device))
         self.previous = self.declare("previous_model", torch.zeros(ctx.dim, device=ctx.device))
 

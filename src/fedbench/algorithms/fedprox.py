@@ -14,6 +14,7 @@ from fedbench.algorithms.base import ALGORITHMS, Algorithm
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.records import Affine, StepHook
 from fedbench.errors import require
+from fedbench.options import Search, option
 
 
 class ProxHook(StepHook):
@@ -47,4 +48,4 @@ class Proximal:
 class FedProx(Proximal, Algorithm):
     @dataclass
     class Config(FedAvg.Config):
-        mu: float = 0.01
+        mu: float = option(0.01, tune=Search((0.001, 0.01, 0.1, 1.0), log=True))  # grid: GradMA Sec. 5

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm
 from fedbench.errors import require
 from fedbench.records import StepHook
-from fedbench.options import option
+from fedbench.options import Search, option
 
 
 def contrastive(z: torch.Tensor, z_global: torch.Tensor, z_prev: torch.Tensor, tau: float) -> torch.Tensor:
@@ -70,5 +70,5 @@ class Moon(Contrastive, Algorithm):
 
     @dataclass
     class Config(AlgoConfig):
-        mu: float = 1.0
+        mu: float = option(1.0, tune=Search((0.1, 1.0, 5.0, 10.0), log=True))  # MOON paper Sec. 4.1
         temperature: float = option(0.5, gt=0)

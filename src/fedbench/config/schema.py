@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
-from fedbench.options import option
+from fedbench.options import LR_GRID, option
 from fedbench.training.schedule import LRScheduleConfig
 
 
@@ -92,7 +92,7 @@ class ClientConfig:
 
     local_steps: int = option(5, ge=1)
     batch_size: int = option(16, ge=1)
-    lr: float = option(0.05, gt=0)
+    lr: float = option(0.05, gt=0, tune=LR_GRID)
     momentum: float = option(0.0, ge=0, lt=1)
     weight_decay: float = 0.0
     lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
@@ -129,6 +129,7 @@ class RootConfig:
     algo_settings: Dict[str, Any] = field(default_factory=dict)  # preset: {algorithm: {key: value}} for that algo
     when: Dict[str, Any] = field(default_factory=dict)  # preset: {"key=value": {key: value}} applied when key=value
     where_supported: Dict[str, Any] = field(default_factory=dict)  # preset: {group: {key: value}} where the key exists
+    tune_space: Dict[str, Any] = field(default_factory=dict)  # preset: {"*" | algorithm: {key: [values]}} for fedbench-tune
     targets: List[float] = option(factory=lambda: [0.6, 0.7, 0.75], gt=0, le=1)  # test accuracies: rounds-to-target
     loss_targets: List[float] = option(factory=list, gt=0)  # global training losses (needs engine.eval_train)
     budget: BudgetConfig = field(default_factory=BudgetConfig)

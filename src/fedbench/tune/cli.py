@@ -1,0 +1,217 @@
+"""fedbench-tune: tune every algorithm with the same budget on a validation split, then run the final seeds.
+
+    fedbench-tune experiment=mimic_fmnist_roundrobin_small --algos fedavg,scaffold,mifa,mimic \\
+        --trials 8 --tune-seeds 100 --seeds 0,1,2 [--sampler grid|tpe] [--select final] \\
+        [--space client.lr=0.1,0.01] [--val-fraction 0.1] [--dir DIR] [any Hydra override: hydra/launcher=joblib]
+    fedbench-tune experiment=fedsrc_synthetic_small --compare participation/selection=uniform,md,fedsrc_d_oracle
+
+The methods compared are algorithms (``--algos``) or the values of any other option (``--compare KEY=V1,V2``).
+Everything is checked before the first job starts (the overrides for every method, every value of every searched
+key, the seeds); then the plan runs as one Hydra multirun through ``hydra/sweeper=tune`` (``fedbench.tune.protocol``).
+Rerun the same command with ``--dir <the tuning directory>`` to continue it: finished trials and finals are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from fedbench.errors import FedbenchError
+from fedbench.tune.protocol import Plan, check_seeds
+from fedbench.tune.select import RULES, Rule
+
+#: keys the protocol sets on every job; the command line gives them through the options instead
+OWN_KEYS = {"algo": "--algos", "seed": "--seeds / --tune-seeds", "data.val_fraction": "--val-fraction",
+            "resume": "--dir (rerun the command on the tuning directory)", "hydra.sweep.dir": "--dir",
+            "hydra/sweeper": "nothing (fedbench-tune is the sweeper)", "hydra.sweeper": "the options"}
+
+
+def _seeds(text: str) -> List[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers (e.g. 0,1,2)")
+    if not seeds or any(not 0 <= s < 2**32 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"'{text}': give distinct seeds in [0, 2^32), e.g. 0,1,2")
+    return seeds
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer >= 1")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a fraction in (0, 1) (e.g. 0.1)")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fedbench-tune", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("overrides", nargs="*", help="Hydra overrides shared by every job (experiment=..., "
+                                                "hydra/launcher=joblib, ...)")
+    methods = p.add_mutually_exclusive_group(required=True)
+    methods.add_argument("--algos", help="comma-separated algorithms (algo options) to compare")
+    methods.add_argument("--compare", metavar="KEY=V1,V2", help="compare the values of another option instead, e.g. "
+                                                                "participation/selection=uniform,md")
+    p.add_argument("--trials", type=_positive, default=8, help="trials per method, the same for each (default 8)")
+    p.add_argument("--tune-seeds", type=_seeds, default=[100], help="seeds of the trials (default 100)")
+    p.add_argument("--seeds", type=_seeds, default=[0, 1, 2], help="seeds of the final runs (default 0,1,2)")
+    p.add_argument("--sampler", choices=("grid", "tpe"), default="grid",
+                   help="grid (default) or tpe (Optuna's TPE sampler)")
+    p.add_argument("--select", default="final", help="selection rule on validation: " + "; ".join(
+        f"{k}: {v}" for k, v in RULES.items()) + " (default final)")
+    p.add_argument("--space", action="append", default=[], metavar="KEY=V1,V2",
+                   help="replace the search space of KEY for every algorithm (repeatable)")
+    p.add_argument("--val-fraction", type=_fraction, default=0.1,
+                   help="the validation split held out of the training data (data.val_fraction; default 0.1)")
+    p.add_argument("--batch", type=_positive, default=4, help="tpe: trials asked per algorithm between updates")
+    p.add_argument("--dir", type=Path, help="the tuning directory (default outputs/tune/<date>/<time>); an "
+                                            "existing one is continued")
+    p.add_argument("--config-dir", "-cd", action="append", default=[], metavar="DIR",
+                   help="a folder of your own presets, searched after the package's")
+    return p
+
+
+def _split(overrides: Sequence[str], key: str) -> tuple:
+    """(task overrides, hydra overrides), refusing the keys the protocol sets (``key`` names the methods) and sweeps
+    of any key."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception as exc:
+        raise FedbenchError(f"Invalid override: {exc}".replace("\n", " ")) from None
+    task, hydra_args = [], []
+    for ov in parsed:
+        name = ov.key_or_group
+        for own, instead in {**OWN_KEYS, key.replace("/", "."): "--algos / --compare"}.items():
+            if name.replace("/", ".") == own or name.startswith((own + ".", own + "/")):
+                raise FedbenchError(f"Override '{ov.input_line}' sets '{name}', which fedbench-tune sets for every "
+                                    f"job. Fix: use {instead}.")
+        if ov.is_sweep_override():
+            raise FedbenchError(f"Override '{ov.input_line}' sweeps '{name}': fedbench-tune runs its own sweep. "
+                                f"Fix: search it with --space {name}=<v1>,<v2>, or compare its values with --compare.")
+        (hydra_args if name == "hydra" or name.startswith(("hydra.", "hydra/")) else task).append(ov.input_line)
+    return task, hydra_args
+
+
+def _space(items: Sequence[str]) -> Dict[str, List[Any]]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    space: Dict[str, List[Any]] = {}
+    for item in items:
+        try:
+            ov = OverridesParser.create().parse_overrides([item])[0]
+            values = list(ov.sweep_iterator()) if ov.is_sweep_override() else [ov.value()]
+        except Exception:
+            raise FedbenchError(f"Invalid --space '{item}'. Fix: write KEY=V1,V2 (e.g. client.lr=0.1,0.03,0.01).") \
+                from None
+        space[ov.key_or_group] = values
+    return space
+
+
+def methods(args: argparse.Namespace) -> tuple:
+    """(key, values) of the methods compared: ``--algos a,b`` or ``--compare KEY=a,b``."""
+    from fedbench.config import group_options, groups
+
+    text = f"algo={args.algos}" if args.algos is not None else args.compare
+    key, sep, listed = text.partition("=")
+    values = [v.strip() for v in listed.split(",") if v.strip()]
+    flag = "--algos" if args.algos is not None else "--compare"
+    if not sep or not key or len(values) < 1 or len(set(values)) != len(values):
+        raise FedbenchError(f"Invalid {flag} '{args.algos or args.compare}'. Fix: name distinct methods, e.g. "
+                            "--algos fedavg,scaffold or --compare participation/selection=uniform,md.")
+    if key.replace(".", "/") in groups():
+        key = key.replace(".", "/")
+        known = group_options(key)
+        bad = [v for v in values if v not in known]
+        if bad:
+            raise FedbenchError(f"Invalid {flag}: unknown '{bad[0]}' for {key}. Allowed: {', '.join(known)}. "
+                                "Fix: pass options of that group.")
+    return key, values
+
+
+def make_plan(args: argparse.Namespace, task: List[str], hydra_args: List[str]) -> Plan:
+    """The plan of the command: every method's overrides composed and checked, its space resolved."""
+    from fedbench.cli import _compose, preflight
+    from fedbench.errors import ConfigError
+    from fedbench.tune.space import resolve
+
+    key, values = methods(args)
+    check_seeds(args.tune_seeds, args.seeds)
+    rule = Rule.parse(args.select)
+    cli_space = _space(args.space)
+    spaces = {}
+    for method in values:
+        common = [*task, f"{key}={method}", f"data.val_fraction={args.val_fraction!r}"]
+        problem = preflight(["-m", *common, *hydra_args])
+        if problem:
+            raise FedbenchError(f"{key}={method}: {problem}")
+        try:
+            dims = resolve(_compose([*common, *[h for h in hydra_args if h.startswith("hydra.searchpath")]]),
+                           cli_space)
+        except ConfigError as exc:
+            raise FedbenchError(f"{key}={method}: {exc}") from None
+        spaces[method] = [d.to_json() for d in dims]
+    return Plan(overrides=task, key=key, methods=values, trials=args.trials, sampler=args.sampler, select=str(rule),
+                tune_seeds=args.tune_seeds, seeds=args.seeds, val_fraction=args.val_fraction, batch=args.batch,
+                spaces=spaces)
+
+
+def _directory(args: argparse.Namespace, plan: Plan) -> Path:
+    root = (args.dir or Path("outputs") / "tune" / datetime.now().strftime("%Y-%m-%d") /
+            datetime.now().strftime("%H-%M-%S")).resolve()
+    path = root / "tune.json"
+    if path.is_file():
+        diff = Plan.load(path).differences(plan)
+        if diff:
+            raise FedbenchError(f"{root} was started with another plan ({'; '.join(diff)}). Fix: rerun with the "
+                                "arguments it was started with, or leave out --dir to start a new tuning.")
+        print(f"fedbench-tune: continuing {root} (finished jobs are skipped)", flush=True)
+    elif root.exists() and any(root.iterdir()):
+        raise FedbenchError(f"{root} is not empty and holds no tune.json. Fix: pass --dir a new folder or a "
+                            "tuning directory.")
+    else:
+        root.mkdir(parents=True, exist_ok=True)
+        plan.save(path)
+        print(f"fedbench-tune: tuning in {root} (rerun with --dir {root} to continue it)", flush=True)
+    return root
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    from fedbench import cli
+    from fedbench.config import register_configs
+
+    args = parser().parse_intermixed_args(argv)
+    register_configs()
+    try:
+        task, hydra_args = _split(args.overrides, methods(args)[0])
+        hydra_args += cli._user_config_dirs([a for d in args.config_dir for a in ("--config-dir", d)])
+        plan = make_plan(args, task, hydra_args)
+        root = _directory(args, plan)
+    except FedbenchError as exc:
+        cli.fail(str(exc))
+    config_dirs = [a for d in args.config_dir for a in ("--config-dir", str(Path(d).resolve()))]
+    sys.argv = ["fedbench-tune", "-m", *task, *[h for h in hydra_args if not h.startswith("hydra.searchpath")],
+                *config_dirs, "hydra/sweeper=tune", f"hydra.sweeper.plan={root / 'tune.json'}",
+                f"hydra.sweep.dir={root}"]
+    cli.main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""The tuning protocol: trials on the tuning seeds, selection on validation, the final seeds, the report.
+
+A method is an algorithm (``--algos``) or any option compared across a preset (``--compare
+participation/selection=uniform,md``). Phase 1 runs, for every method, the same number of trials (``--trials``; a
+grid smaller than that is tried whole) on the tuning seeds; phase 2 runs each method's selected configuration on the
+final seeds (disjoint from the tuning seeds); ``report/`` is ``fedbench-report`` of the final runs, grouped by
+method with the chosen values shown. Jobs go through ``launch`` (the Hydra launcher, from the sweeper in
+``hydra_plugins.fedbench_tune``), so joblib, SLURM and Ray run them unchanged. Everything lives under one
+directory::
+
+    tune.json        the plan (the command's arguments and each method's space): a rerun must match it
+    trials/<method>/trials.json, trials/<method>/t<i>_seed<s>/    the trials and their runs
+    selection.json   per method: the space, the budget, every trial's overrides and validation score, the choice
+    final/<method>_seed<s>/    the final runs
+    report/          fedbench-report of final/
+
+Rerunning the command on the same directory skips every finished job (completed or diverged), resumes interrupted
+ones from their checkpoints and restarts failed ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from fedbench.errors import FedbenchError
+from fedbench.rng import derive_seed
+from fedbench.tune.select import Rule, choose, mean_score, run_score, run_status
+from fedbench.tune.space import Dimension, grid_points, grid_size
+
+FINISHED = ("completed", "diverged")
+
+
+@dataclass
+class Plan:
+    """What a tuning directory runs: the arguments of ``fedbench-tune`` and each method's resolved space (a method
+    is a value of ``key``: an algorithm, or a selection rule with ``--compare participation/selection=...``)."""
+
+    overrides: List[str]
+    key: str  # the override that names a method: method, or e.g. participation/selection
+    methods: List[str]
+    trials: int
+    sampler: str
+    select: str
+    tune_seeds: List[int]
+    seeds: List[int]
+    val_fraction: float
+    batch: int
+    spaces: Dict[str, List[dict]] = field(default_factory=dict)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> "Plan":
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls(**{f.name: data[f.name] for f in fields(cls)})
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise FedbenchError(f"Cannot read the tuning plan {path} ({exc}). Fix: start a new tuning directory "
+                                "(leave out --dir), or restore the file.") from None
+
+    def differences(self, other: "Plan") -> List[str]:
+        a, b = asdict(self), asdict(other)
+        return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k]]
+
+    def dims(self, method: str) -> List[Dimension]:
+        return [Dimension(**d) for d in self.spaces[method]]
+
+
+@dataclass
+class Job:
+    name: str  # the run directory, relative to the tuning directory
+    overrides: List[str]
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def _json_score(score) -> List[Optional[float]]:
+    return [x if math.isfinite(x) else None for x in score]
+
+
+class Tuning:
+    """Runs a ``Plan`` in ``root`` with ``launch(jobs)``; ``run`` returns the names of the jobs that failed (not
+    diverged) and of the methods with no usable trial."""
+
+    def __init__(self, plan: Plan, root: Path, launch: Callable[[List[Job]], None],
+                 echo: Callable[[str], None] = lambda s: print(s, flush=True)):
+        self.plan, self.root, self._launch, self.echo = plan, Path(root), launch, echo
+        self.rule = Rule.parse(plan.select)
+        self.failed: List[str] = []
+
+    # -- jobs ---------------------------------------------------------------------------------------------------
+    def _job(self, name: str, method: str, params: Dict[str, Any], seed: int) -> Job:
+        overrides = [*self.plan.overrides, f"{self.plan.key}={method}",
+                     *(f"{k}={_value(v)}" for k, v in params.items()), f"seed={seed}",
+                     f"data.val_fraction={self.plan.val_fraction!r}"]
+        return Job(name, overrides)
+
+    def _trial_jobs(self, method: str, index: int, params: Dict[str, Any]) -> List[Job]:
+        return [self._job(f"trials/{method}/t{index:02d}_seed{s}", method, params, s) for s in self.plan.tune_seeds]
+
+    def launch(self, jobs: List[Job]) -> None:
+        """Launch the jobs not finished yet: interrupted ones resume from their checkpoint, failed ones restart."""
+        pending = []
+        for job in jobs:
+            run_dir = self.root / job.name
+            status, _ = run_status(run_dir)
+            if status in FINISHED:
+                continue
+            if any((run_dir / "checkpoints").glob("*")):
+                job = Job(job.name, [*job.overrides, f"resume={run_dir.resolve()}"])
+            elif run_dir.exists():
+                shutil.rmtree(run_dir)  # a failed or killed attempt with nothing to continue
+            pending.append(job)
+        if pending:
+            self.echo(f"fedbench-tune: launching {len(pending)} job(s)"
+                      + (f" ({len(jobs) - len(pending)} already finished)" if len(pending) < len(jobs) else ""))
+            self._launch(pending)
+        for job in jobs:
+            status, reason = run_status(self.root / job.name)
+            if status not in FINISHED and job.name not in self.failed:
+                self.failed.append(job.name)
+                self.echo(f"fedbench-tune: job {job.name} {status or 'wrote no summary'}"
+                          + (f": {reason}" if reason else ""))
+
+    # -- phase 1 ------------------------------------------------------------------------------------------------
+    def _stored(self, method: str) -> List[Dict[str, Any]]:
+        path = self.root / "trials" / method / "trials.json"
+        return json.loads(path.read_text()) if path.is_file() else []
+
+    def _store(self, method: str, params: List[Dict[str, Any]]) -> None:
+        path = self.root / "trials" / method / "trials.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(params, indent=2) + "\n")
+
+    def _score(self, method: str, index: int, params: Dict[str, Any]) -> dict:
+        runs = {}
+        for job in self._trial_jobs(method, index, params):
+            score, status = run_score(self.rule, self.root / job.name)
+            runs[job.name.rsplit("_seed", 1)[1]] = {"status": status, "score": _json_score(score), "_raw": score}
+        score = mean_score([r.pop("_raw") for r in runs.values()])
+        return {"index": index, "params": params, "overrides": [f"{k}={_value(v)}" for k, v in params.items()],
+                "runs": runs, "score": score}
+
+    def _grid(self) -> Dict[str, List[dict]]:
+        points = {}
+        for method in self.plan.methods:
+            points[method] = grid_points(self.plan.dims(method), self.plan.trials, self.plan.tune_seeds[0], method)
+            self._store(method, points[method])
+        self.launch([j for method in self.plan.methods for i, p in enumerate(points[method])
+                     for j in self._trial_jobs(method, i, p)])
+        return {m: [self._score(m, i, p) for i, p in enumerate(points[m])] for m in self.plan.methods}
+
+    def _tpe(self) -> Dict[str, List[dict]]:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        studies, stored, done, asked = {}, {}, {a: [] for a in self.plan.methods}, {}
+        for method in self.plan.methods:
+            seed = derive_seed(self.plan.tune_seeds[0], f"tune/tpe/{method}") % 2**32
+            sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(1, min(10, self.plan.trials // 3)),
+                                                 constant_liar=True)
+            studies[method] = optuna.create_study(direction="maximize", sampler=sampler)
+            stored[method] = self._stored(method)
+        dists = {a: {d.key: d.distribution() for d in self.plan.dims(a)} for a in self.plan.methods}
+        while any(len(done[a]) < self.plan.trials for a in self.plan.methods):
+            batch: Dict[str, List[int]] = {}
+            for method in self.plan.methods:
+                start = len(done[method])
+                batch[method] = list(range(start, min(start + self.plan.batch, self.plan.trials)))
+                for i in batch[method]:
+                    if i >= len(stored[method]):
+                        trial = studies[method].ask(dists[method])
+                        asked[method, i] = trial
+                        stored[method].append(dict(trial.params))
+                self._store(method, stored[method])
+            self.launch([j for a, idx in batch.items() for i in idx for j in self._trial_jobs(a, i, stored[a][i])])
+            for method, idx in batch.items():
+                for i in idx:
+                    result = self._score(method, i, stored[method][i])
+                    value = result["score"][0] if math.isfinite(result["score"][0]) else -1e9
+                    if (method, i) in asked:
+                        studies[method].tell(asked[method, i], value)
+                    else:
+                        studies[method].add_trial(optuna.trial.create_trial(
+                            params=stored[method][i], distributions=dists[method], value=value))
+                    done[method].append(result)
+        return done
+
+    def select(self) -> Dict[str, Optional[dict]]:
+        """Phase 1 and the choice; writes ``selection.json``."""
+        self.echo(f"fedbench-tune: phase 1: {', '.join(self.plan.methods)} x up to {self.plan.trials} trial(s) x "
+                  f"tuning seed(s) {', '.join(map(str, self.plan.tune_seeds))} ({self.plan.sampler})")
+        results = self._tpe() if self.plan.sampler == "tpe" else self._grid()
+        chosen, record = {}, {}
+        for method in self.plan.methods:
+            dims = self.plan.dims(method)
+            trials = results[method]
+            pick = choose(trials, [d.key for d in dims if d.step])
+            chosen[method] = pick
+            record[method] = {
+                "space": [d.to_json() for d in dims], "budget": self.plan.trials, "grid_size": grid_size(dims),
+                "trials_run": len(trials),
+                "trials": [{**t, "score": _json_score(t["score"])} for t in trials],
+                "chosen": None if pick is None else {"index": pick["index"], "params": pick["params"],
+                                                     "overrides": pick["overrides"],
+                                                     "score": _json_score(pick["score"])}}
+            if pick is None:
+                self.failed.append(f"method {method} (no trial completed)")
+        selection = {"select": str(self.rule), "selects": self.rule.describe(), "sampler": self.plan.sampler,
+                     "budget": self.plan.trials, "tune_seeds": self.plan.tune_seeds, "seeds": self.plan.seeds,
+                     "val_fraction": self.plan.val_fraction, "overrides": self.plan.overrides,
+                     "compared": self.plan.key,
+                     "note": "selection reads only the validation columns (round, val_acc, val_loss) of the "
+                             "tuning runs' metrics.csv; the test set is never used",
+                     "methods": record}
+        (self.root / "selection.json").write_text(json.dumps(selection, indent=2) + "\n")
+        self._print_selection(record)
+        return chosen
+
+    def _print_selection(self, record: Dict[str, dict]) -> None:
+        self.echo(f"fedbench-tune: selection ({self.rule.describe()}, mean over the tuning seeds):")
+        width = max(len(a) for a in record)
+        for method, r in record.items():
+            c = r["chosen"]
+            what = "no trial completed" if c is None else (
+                f"{' '.join(c['overrides']) or '(nothing to tune)'}  score {self._fmt(c['score'])}")
+            self.echo(f"  {method:<{width}}  {r['trials_run']}/{r['budget']} trials  {what}")
+
+    @staticmethod
+    def _fmt(score: Sequence[Optional[float]]) -> str:
+        return "-" if score[0] is None else f"{score[0]:.4g}"
+
+    # -- phase 2 ------------------------------------------------------------------------------------------------
+    def finals(self, chosen: Dict[str, Optional[dict]]) -> List[Job]:
+        jobs = [self._job(f"final/{method}_seed{s}", method, pick["params"], s)
+                for method, pick in chosen.items() if pick is not None for s in self.plan.seeds]
+        self.echo(f"fedbench-tune: phase 2: the chosen configurations on seed(s) "
+                  f"{', '.join(map(str, self.plan.seeds))}")
+        self.launch(jobs)
+        return jobs
+
+    def report(self) -> Optional[Path]:
+        from fedbench.report import report
+
+        final = self.root / "final"
+        if not final.is_dir():
+            return None
+        tuned = sorted({d["key"] for dims in self.plan.spaces.values() for d in dims})
+        return report([final], out=self.root / "report", tuned=tuned)
+
+    def run(self) -> List[str]:
+        chosen = self.select()
+        self.finals(chosen)
+        out = self.report()
+        self.echo(f"fedbench-tune: results in {self.root} (selection.json"
+                  + (f", {out / 'index.html'}" if out else "") + ")")
+        return self.failed
+
+
+def check_seeds(tune_seeds: Sequence[int], seeds: Sequence[int]) -> None:
+    shared = sorted(set(tune_seeds) & set(seeds))
+    if shared:
+        raise FedbenchError(f"Invalid seeds: {', '.join(map(str, shared))} in both --tune-seeds and --seeds; the "
+                            "final runs must not reuse the runs selection saw. Fix: pass disjoint seed lists "
+                            "(e.g. --tune-seeds 100 --seeds 0,1,2).")
+

@@ -1,0 +1,1 @@
+"""fedbench's Hydra plugins: the tuning sweeper (``hydra/sweeper=tune``)."""

@@ -1,0 +1,59 @@
+"""``hydra/sweeper=tune``: the Hydra sweeper that runs a ``fedbench-tune`` plan (``fedbench.tune.protocol``).
+
+Hydra instantiates sweepers only from the ``hydra_plugins`` package, hence this module; the protocol itself lives
+in ``fedbench.tune``. Its jobs go through the configured launcher (basic, joblib, submitit, Ray) like any sweep's,
+each with its own ``hydra.sweep.subdir`` under the tuning directory (``hydra.sweep.dir``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, List
+
+from hydra.core.config_store import ConfigStore
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import DictConfig, OmegaConf
+
+
+@dataclass
+class TuneSweeperConf:
+    _target_: str = "hydra_plugins.fedbench_tune.tune_sweeper.TuneSweeper"
+    plan: str = ""  # the tune.json that fedbench-tune writes
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="tune", node=TuneSweeperConf, provider="fedbench")
+
+
+class TuneSweeper(Sweeper):
+    def __init__(self, plan: str = "") -> None:
+        self.plan = plan
+        self.config: Any = None
+        self.launcher: Any = None
+        self.job_idx = 0
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
+                                                                task_function=task_function, config=config)
+
+    def _launch(self, jobs: List[Any]) -> None:
+        batch = [[*job.overrides, f"hydra.sweep.subdir={job.name}"] for job in jobs]
+        self.launcher.launch(batch, initial_job_idx=self.job_idx)
+        self.job_idx += len(batch)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from fedbench.cli import SWEEP_FAILED
+        from fedbench.errors import FedbenchError
+        from fedbench.tune.protocol import Plan, Tuning
+
+        if not self.plan:
+            raise FedbenchError("hydra/sweeper=tune runs the plan fedbench-tune writes. Fix: start the tuning with "
+                                "'fedbench-tune <overrides> --algos a,b ...'.")
+        root = Path(self.config.hydra.sweep.dir)
+        root.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, root / "multirun.yaml")
+        SWEEP_FAILED[:] = Tuning(Plan.load(Path(self.plan)), root, self._launch).run()
+        return None

@@ -1,0 +1,277 @@
+"""fedbench-tune: search spaces declared with the options (and replaced by presets), equal trial budgets,
+selection on validation only (never test), ties to the smaller step, diverged trials, resume, TPE, and the command
+end to end."""
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import compose
+
+from fedbench.errors import ConfigError, FedbenchError
+from fedbench.tune.cli import _split, make_plan, methods, parser
+from fedbench.tune.protocol import Plan, Tuning, check_seeds
+from fedbench.tune.select import VALIDATION_COLUMNS, Rule, choose, read_validation
+from fedbench.tune.space import Dimension, declared, grid_points, resolve
+
+
+# -- a fake launcher: run directories as fedbench writes them, with scores a function of the overrides ------------
+def fake_launcher(root, outcome, launched):
+    """``outcome(params) -> (status, val_accs, test_accs)``; every launched job is recorded in ``launched``."""
+
+    def launch(jobs):
+        for job in jobs:
+            launched.append(job)
+            params = dict(o.split("=", 1) for o in job.overrides)
+            status, val, test = outcome(params)
+            run = root / job.name
+            run.mkdir(parents=True, exist_ok=True)
+            (run / "config.yaml").write_text(yaml.safe_dump({"seed": int(params["seed"]), "algo": {
+                "name": params["algo"], "kind": params["algo"]}, "client": {"lr": float(params["client.lr"])}}))
+            with open(run / "metrics.csv", "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["round", "train_loss", "test_loss", "test_acc", "val_loss", "val_acc"])
+                for i, (v, t) in enumerate(zip(val, test)):
+                    w.writerow([5 * (i + 1), 1.0, 1 - t, t, 1 - v, v])
+            (run / "summary.json").write_text(json.dumps({"status": status, "reason": None}))
+    return launch
+
+
+def plan(algos=("fedavg", "mifa"), trials=2, dims=None, **kw):
+    dims = dims or [Dimension("client.lr", [0.3, 0.1, 0.03], log=True, continuous=True)]
+    return Plan(overrides=["experiment=smoke"], key="algo", methods=list(algos), trials=trials,
+                sampler=kw.pop("sampler", "grid"), select=kw.pop("select", "final"), tune_seeds=kw.pop("tune_seeds", [100]), seeds=[0, 1],
+                val_fraction=0.1, batch=kw.pop("batch", 4),
+                spaces={a: [d.to_json() for d in (dims[a] if isinstance(dims, dict) else dims)] for a in algos})
+
+
+def test_selection_reads_only_validation_and_never_chooses_on_test(tmp_path):
+    # lr 0.3: the best test accuracy and the worst validation accuracy; lr 0.03: the reverse
+    def outcome(p):
+        lr = float(p["client.lr"])
+        return "completed", [0.5, 0.9 - lr], [0.5, 0.6 + lr]
+
+    launched = []
+    t = Tuning(plan(trials=3), tmp_path, fake_launcher(tmp_path, outcome, launched), echo=lambda s: None)
+    chosen = t.select()
+    assert {a: c["params"] for a, c in chosen.items()} == {"fedavg": {"client.lr": 0.03}, "mifa": {"client.lr": 0.03}}
+    run = tmp_path / "trials" / "fedavg" / "t00_seed100"
+    assert set(read_validation(run)) == set(VALIDATION_COLUMNS) and not any("test" in c for c in VALIDATION_COLUMNS)
+    # the test columns may hold anything: selection never parses them
+    text = (run / "metrics.csv").read_text().splitlines()
+    (run / "metrics.csv").write_text("\n".join([text[0]] + [",".join(r.split(",")[:2] + ["garbage", "x"]
+                                                                       + r.split(",")[4:]) for r in text[1:]]))
+    assert read_validation(run)["val_acc"] == pytest.approx([0.5, 0.6])
+    record = json.loads((tmp_path / "selection.json").read_text())
+    assert "test set is never used" in record["note"]
+
+
+def test_every_algorithm_gets_the_same_number_of_trials(tmp_path):
+    lr = Dimension("client.lr", [1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001], log=True, continuous=True)
+    mu = Dimension("algo.mu", [0.001, 0.01, 0.1, 1.0], log=True, continuous=True)
+    for budget, expected in ((5, {"fedavg": 5, "fedprox": 5}), (10, {"fedavg": 7, "fedprox": 10})):
+        root = tmp_path / str(budget)
+        launched = []
+        p = plan(("fedavg", "fedprox"), trials=budget, dims={"fedavg": [lr], "fedprox": [lr, mu]})
+        Tuning(p, root, fake_launcher(root, lambda q: ("completed", [0.5], [0.5]), launched),
+               echo=lambda s: None).select()
+        record = json.loads((root / "selection.json").read_text())["methods"]
+        assert {a: r["trials_run"] for a, r in record.items()} == expected
+        assert {a: r["budget"] for a, r in record.items()} == {"fedavg": budget, "fedprox": budget}
+        assert record["fedprox"]["grid_size"] == 28 and record["fedavg"]["grid_size"] == 7
+        # a subset of a larger grid: distinct points, the same draw again
+        points = [tuple(t["params"].values()) for t in record["fedprox"]["trials"]]
+        assert len(set(points)) == len(points)
+        assert grid_points([lr, mu], budget, 100, "fedprox") == [t["params"] for t in record["fedprox"]["trials"]]
+
+
+def test_ties_go_to_the_smaller_step_and_diverged_trials_score_worst(tmp_path):
+    def outcome(p):
+        lr = float(p["client.lr"])
+        return ("diverged", [0.99], [0.99]) if lr == 0.3 else ("completed", [0.5, 0.8], [0.7, 0.7])
+
+    t = Tuning(plan(trials=3), tmp_path, fake_launcher(tmp_path, outcome, []), echo=lambda s: None)
+    chosen = t.select()
+    assert chosen["fedavg"]["params"] == {"client.lr": 0.03}  # 0.1 and 0.03 tie at 0.8; 0.3 diverged
+    record = json.loads((tmp_path / "selection.json").read_text())["methods"]["fedavg"]
+    assert [tr["score"][0] for tr in record["trials"]] == [None, 0.8, 0.8]
+    assert t.failed == []  # a diverged trial is a result, not a failure
+    trials = [{"index": i, "params": {"client.lr": lr, "algo.mu": mu}, "score": (0.7, 0.0)}
+              for i, (lr, mu) in enumerate([(0.1, 0.01), (0.1, 0.001), (0.01, 1.0)])]
+    assert choose(trials, ["client.lr"])["index"] == 2  # the smallest step first, then the other keys
+    assert choose([{**trials[0], "score": (-math.inf, -math.inf)}], ["client.lr"]) is None
+
+
+def test_an_algorithm_without_a_completed_trial_runs_no_finals_and_fails_the_command(tmp_path):
+    def outcome(p):
+        return ("failed" if p["algo"] == "mifa" else "completed"), [0.6], [0.6]
+
+    launched = []
+    t = Tuning(plan(trials=2), tmp_path, fake_launcher(tmp_path, outcome, launched), echo=lambda s: None)
+    failed = t.run()
+    assert "method mifa (no trial completed)" in failed
+    assert any("trials/mifa/t00_seed100" == f for f in failed)
+    finals = [j.name for j in launched if j.name.startswith("final/")]
+    assert finals == ["final/fedavg_seed0", "final/fedavg_seed1"]
+    assert (tmp_path / "report" / "results.md").is_file()
+
+
+def test_rerunning_skips_finished_jobs_resumes_interrupted_ones_and_restarts_failed_ones(tmp_path):
+    launched = []
+    launch = fake_launcher(tmp_path, lambda p: ("completed", [0.6, 0.7], [0.6, 0.7]), launched)
+    Tuning(plan(trials=2), tmp_path, launch, echo=lambda s: None).run()
+    assert len(launched) == 2 * 2 + 2 * 2  # trials, then finals
+    launched.clear()
+    Tuning(plan(trials=2), tmp_path, launch, echo=lambda s: None).run()
+    assert launched == []
+    interrupted, failed = tmp_path / "final" / "mifa_seed1", tmp_path / "trials" / "fedavg" / "t01_seed100"
+    (interrupted / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+    (interrupted / "checkpoints").mkdir()
+    (interrupted / "checkpoints" / "round_000002.pt").write_bytes(b"x")
+    (failed / "summary.json").write_text(json.dumps({"status": "failed", "reason": "boom"}))
+    Tuning(plan(trials=2), tmp_path, launch, echo=lambda s: None).run()
+    assert sorted(j.name for j in launched) == ["final/mifa_seed1", "trials/fedavg/t01_seed100"]
+    resumed = next(j for j in launched if j.name == "final/mifa_seed1")
+    assert f"resume={interrupted.resolve()}" in resumed.overrides
+
+
+def test_tpe_runs_the_budget_in_batches_and_resumes_from_the_stored_trials(tmp_path):
+    pytest.importorskip("optuna")
+    dims = [Dimension("client.lr", [0.001, 1.0], log=True, continuous=True)]
+    launched = []
+    launch = fake_launcher(tmp_path, lambda p: ("completed", [1 - abs(math.log10(float(p["client.lr"])) + 1)],
+                                                [0.5]), launched)
+    p = plan(("fedavg",), trials=5, dims=dims, sampler="tpe", batch=2)
+    chosen = Tuning(p, tmp_path, launch, echo=lambda s: None).select()
+    lrs = [t["client.lr"] for t in json.loads((tmp_path / "trials" / "fedavg" / "trials.json").read_text())]
+    assert len(lrs) == 5 and all(0.001 <= lr <= 1.0 for lr in lrs) and len(launched) == 5
+    assert chosen["fedavg"]["params"]["client.lr"] == min(lrs, key=lambda lr: abs(math.log10(lr) + 1))
+    launched.clear()
+    Tuning(p, tmp_path, launch, echo=lambda s: None).select()
+    assert launched == []  # the same five trials, read back
+
+
+def test_selection_rules():
+    val = {"round": [5, 10, 15], "val_acc": [0.6, 0.8, 0.7], "val_loss": [0.9, 0.5, 0.6]}
+    assert Rule.parse("final").score(val) == (0.7, 0.0)
+    assert Rule.parse("best").score(val) == (0.8, 0.0)
+    assert Rule.parse("last:2").score(val) == (pytest.approx(0.75), 0.0)
+    assert Rule.parse("loss").score(val) == (-0.6, 0.0)
+    assert Rule.parse("target:0.75").score(val) == (-10, 0.7)
+    assert Rule.parse("target:0.9").score(val) == (-math.inf, 0.7)  # not reached: worst, then final val_acc
+    assert Rule.parse("final").score({**val, "val_loss": [0.9, math.nan, 0.6]})[0] == -math.inf
+    for bad in ("median", "last:0", "target:1.5", "target:x", "last:"):
+        with pytest.raises(FedbenchError, match="--select"):
+            Rule.parse(bad)
+
+
+def test_search_spaces_are_declared_with_the_options_and_presets_replace_them():
+    keys = lambda cfg: {d.key: d.values for d in resolve(cfg)}  # noqa: E731
+    assert list(keys(compose("experiment=smoke", "algo=fedavg"))) == ["client.lr"]
+    assert keys(compose("experiment=smoke", "algo=fedprox"))["algo.mu"] == [0.001, 0.01, 0.1, 1.0]
+    assert [d.key for d in declared(compose("algo=fedpage"))] == ["client.lr", "algo.server_lr"]
+    fedamd = keys(compose("experiment=fedamd_fmnist_small", "algo=scaffold"))
+    assert fedamd == {"client.lr": [0.1, 0.03, 0.02, 0.01, 0.008, 0.005], "algo.server_lr": [1.0, 0.8, 0.1]}
+    gradma = keys(compose("experiment=gradma_cifar10_dir0.01_small", "algo=fedprox"))
+    assert gradma["algo.mu"] == [0.001, 0.01, 0.1] and gradma["client.lr"] == [0.001, 0.01, 0.1]
+    assert keys(compose("experiment=gradma_cifar10_dir0.01_small", "algo=gradma")).keys() == {"client.lr",
+                                                                                            "algo.server_lr"}
+    assert resolve(compose("algo=fedavg"), {"client.lr": [0.5, 0.05]})[0].values == [0.5, 0.05]
+
+
+@pytest.mark.parametrize("space, key", [({"client.lr": [0.1, -1.0]}, "client.lr"), ({"algo.mu": [0.1]}, "algo.mu"),
+                                        ({"seed": [1, 2]}, "seed"), ({"client.lr": []}, "client.lr"),
+                                        ({"client.lr": [0.1, 0.1]}, "client.lr"),
+                                        ({"client.lr": [math.inf]}, "client.lr")])
+def test_bad_search_spaces_are_refused_naming_the_key(space, key):
+    with pytest.raises(ConfigError, match=key.replace(".", "[.]")):
+        resolve(compose("algo=fedavg"), space)
+
+
+def test_methods_can_be_the_values_of_any_option():
+    args = parser().parse_args(["--compare", "participation/selection=uniform,md", "--trials", "3"])
+    task, hydra_args = _split(["experiment=smoke", "hydra/launcher=joblib"], "participation/selection")
+    assert (task, hydra_args) == (["experiment=smoke"], ["hydra/launcher=joblib"])
+    p = make_plan(args, task, hydra_args)
+    assert (p.key, p.methods) == ("participation/selection", ["uniform", "md"])
+    assert [d["key"] for d in p.spaces["md"]] == ["client.lr"]
+    t = Tuning(p, Path("/nonexistent"), launch=None)
+    assert "participation/selection=md" in t._job("x", "md", {"client.lr": 0.1}, 0).overrides
+    with pytest.raises(FedbenchError, match="sets 'participation/selection'"):
+        _split(["participation/selection=md"], "participation/selection")
+    with pytest.raises(FedbenchError, match="unknown 'nope'"):
+        methods(parser().parse_args(["--compare", "participation/selection=uniform,nope"]))
+
+
+def test_tuning_and_final_seeds_must_differ():
+    with pytest.raises(FedbenchError, match="both --tune-seeds and --seeds"):
+        check_seeds([100, 1], [0, 1, 2])
+
+
+def tune(args, cwd, timeout=600):
+    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "fedbench.tune.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+SMOKE = ["experiment=smoke", "logger=csv", "rounds=6", "eval_every=3"]
+
+
+def test_fedbench_tune_end_to_end_then_resumes_without_rerunning(tmp_path):
+    out = tmp_path / "tune"
+    args = [*SMOKE, f"data.root={tmp_path / 'data'}", "--algos", "fedavg,mifa", "--trials", "2", "--seeds", "0,1",
+            "--dir", str(out)]
+    proc = tune(args, tmp_path)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text
+    selection = json.loads((out / "selection.json").read_text())
+    assert {a: r["trials_run"] for a, r in selection["methods"].items()} == {"fedavg": 2, "mifa": 2}
+    for algo, record in selection["methods"].items():
+        chosen = record["chosen"]
+        for seed in (0, 1):
+            run = out / "final" / f"{algo}_seed{seed}"
+            assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+            config = yaml.safe_load((run / "config.yaml").read_text())
+            assert config["client"]["lr"] == chosen["params"]["client.lr"] and config["data"]["val_fraction"] == 0.1
+    results = (out / "report" / "results.md").read_text()
+    assert "algo=fedavg [client.lr=" in results and "algo=mifa [client.lr=" in results
+    assert "algo=" in (out / "report" / "comparisons.md").read_text().split("| verdict |")[1]
+    assert "Traceback" not in text
+    again = tune(args, tmp_path)
+    assert again.returncode == 0 and "launching" not in again.stdout, again.stdout + again.stderr
+    changed = tune([*args[:-4], "--seeds", "0,1,2", "--dir", str(out)], tmp_path)
+    assert changed.returncode == 2 and "started with another plan" in changed.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--algos", "fedavg", "--tune-seeds", "0", "--seeds", "0,1"], "both --tune-seeds and --seeds"),
+    (["--algos", "fedavg", "seed=3"], "Fix: use --seeds"),
+    (["--algos", "fedavg", "client.lr=0.1,0.2"], "--space client.lr="),
+    (["--algos", "fedavg,nope"], "unknown 'nope'"),
+    (["--algos", "fedavg", "--space", "algo.mu=0.1,1"], "no option 'algo.mu'"),
+    (["--algos", "fedavg", "--select", "median"], "Invalid --select"),
+    (["--algos", "fedavg", "client.lrr=0.1"], "Unknown key 'lrr'"),
+])
+def test_bad_tune_commands_stop_before_any_job_with_a_clear_error(tmp_path, args, message):
+    proc = tune(["experiment=smoke", *args, "--dir", str(tmp_path / "t")], tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "t" / "trials").exists()
+
+
+@pytest.mark.slow
+def test_fedbench_tune_through_the_joblib_launcher(tmp_path):
+    out = tmp_path / "tune"
+    proc = tune([*SMOKE, f"data.root={tmp_path / 'data'}", "hydra/launcher=joblib", "engine.num_threads=1",
+                 "--algos", "fedavg,fedprox", "--trials", "2", "--seeds", "0,1", "--dir", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = json.loads((out / "selection.json").read_text())["methods"]
+    assert record["fedprox"]["trials_run"] == record["fedavg"]["trials_run"] == 2
+    assert len(list((out / "final").glob("*/summary.json"))) == 4
+
