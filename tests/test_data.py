@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from fedbench.data.federated import build_federated
 from fedbench.data.idx import read_idx, write_idx

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from fedbench.data.augment import crop_flip
 from fedbench.data.federated import build_federated

@@ -1,7 +1,6 @@
 """fedbench-report on a synthetic multirun (written here, not by runs): grouping by config differences except the
 seed, tables recomputed from metrics.csv (checked against numpy here), failed / diverged runs flagged, files."""
 
-import csv
 import json
 import math
 import shutil
@@ -9,11 +8,10 @@ import subprocess
 
 import numpy as np
 import pytest
-import yaml
 
 from fedbench.report import main, report
 
-from conftest import ROUNDS, write_fake_run as _write_run
+from conftest import write_fake_run as _write_run
 
 ACCS = {("fedavg", 0): [0.3, 0.5, 0.6, 0.65], ("fedavg", 1): [0.35, 0.45, 0.62, 0.7],
         ("fedavg", 2): [0.2, 0.55, 0.71, 0.69], ("mifa", 0): [0.4, 0.6, 0.72, 0.8],
