@@ -305,10 +305,6 @@ class Simulation:
             for cb in self.callbacks:
                 cb.load_state_dict(self._loaded)
         self.resumed = self.next_round > 0
-        name = cfg.algo.name
-        logger.print(f"[{name}] {self.data.name}: {self.data.num_clients} clients, {self.dim:,} parameters, "
-                     f"{cfg.rounds} rounds, device {self.device}, {self.runner_kind} runner"
-                     + (f" (resumed at round {self.next_round})" if self.resumed else ""))
         if not self.resumed:
             self._initialize(logger)
         self._clock = time.perf_counter() - self.elapsed
