@@ -32,9 +32,13 @@ def fake_launcher(root, outcome, launched):
             params = dict(o.split("=", 1) for o in job.overrides)
             status, val, test = outcome(params)
             run = root / job.name
-            run.mkdir(parents=True, exist_ok=True)
+            (run / ".hydra").mkdir(parents=True, exist_ok=True)
+            algo = params.get("algo", "fedavg")
+            weighting = "uniform" if params.get("participation/selection") == "power_of_choice" else "samples"
             (run / "config.yaml").write_text(yaml.safe_dump({"seed": int(params["seed"]), "algo": {
-                "name": params["algo"], "kind": params["algo"]}, "client": {"lr": float(params["client.lr"])}}))
+                "name": algo, "kind": algo, "weighting": weighting}, "client": {"lr": float(params["client.lr"])}}))
+            choices = {k: v for k, v in params.items() if k == "algo" or "/" in k}
+            (run / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"runtime": {"choices": choices}}}))
             with open(run / "metrics.csv", "w", newline="") as f:
                 w = csv.writer(f)
                 w.writerow(["round", "train_loss", "test_loss", "test_acc", "val_loss", "val_acc"])
@@ -121,6 +125,20 @@ def test_an_algorithm_without_a_completed_trial_runs_no_finals_and_fails_the_com
     finals = [j.name for j in launched if j.name.startswith("final/")]
     assert finals == ["final/fedavg_seed0", "final/fedavg_seed1"]
     assert (tmp_path / "report" / "results.md").is_file()
+
+
+def test_the_report_has_one_group_per_method_with_its_chosen_and_own_settings(tmp_path):
+    def outcome(p):
+        return "completed", [0.5, 0.9 - float(p["client.lr"])], [0.5, 0.6]
+
+    p = plan(("uniform", "power_of_choice", "fedsrc_d_oracle"), trials=3)
+    p.key = "participation/selection"
+    Tuning(p, tmp_path, fake_launcher(tmp_path, outcome, []), echo=lambda s: None).run()
+    results = (tmp_path / "report" / "results.md").read_text()
+    assert "| participation/selection=power_of_choice [algo.weighting=uniform, client.lr=0.03] |" in results
+    assert "| participation/selection=fedsrc_d_oracle [algo.weighting=samples, client.lr=0.03] |" in results
+    pairs = (tmp_path / "report" / "comparisons.md").read_text()
+    assert pairs.count("| final test acc |") == 3  # every pair of methods, though they differ in weighting too
 
 
 def test_rerunning_skips_finished_jobs_resumes_interrupted_ones_and_restarts_failed_ones(tmp_path):

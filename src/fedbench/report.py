@@ -39,7 +39,9 @@ from fedbench.tree import flatten
 
 #: config keys that never separate groups: the seed, and what only changes where or how a run is logged
 IGNORED = ("seed", "data.seed", "data.root", "data.cache", "logger.*", "resume", "checkpoint_every",
-           "checkpoint_keep", "engine.client_state_dir", "engine.num_threads", "hydra.*")
+           "checkpoint_keep", "engine.client_state_dir", "engine.num_threads", "hydra.*", "choice.*")
+#: ``choice.<group>``: the option Hydra composed for a config group (``choice.participation/selection``:
+#: ``fedsrc_d_oracle``), read from the run's ``.hydra/hydra.yaml``; a ``--group-by`` key, never a default one
 METRICS = tuple((c, label(c)) for c in CURVES)
 AXES = tuple((c, label(c)) for c in COST_AXES)
 STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1)), "v"), ((0, (3, 1, 1, 1, 1, 1)), "x")]
@@ -97,8 +99,19 @@ def _read_csv(path: Path) -> Dict[str, np.ndarray]:
     return out
 
 
+def _choices(path: Path) -> Dict[str, object]:
+    """``choice.<group>`` for every config group of the run (Hydra's ``runtime.choices``), if recorded."""
+    try:
+        hydra_cfg = yaml.safe_load((path / ".hydra" / "hydra.yaml").read_text()) or {}
+        choices = hydra_cfg["hydra"]["runtime"]["choices"] or {}
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return {}
+    return {f"choice.{g}": v for g, v in choices.items() if not str(g).startswith("hydra/")}
+
+
 def load_run(path: Path) -> Run:
     config = flatten(yaml.safe_load((path / "config.yaml").read_text()) or {})
+    config.update(_choices(path))
     summary = json.loads((path / "summary.json").read_text()) if (path / "summary.json").is_file() else {}
     status, reason = summary.get("status"), summary.get("reason")
     if (path / "error.log").is_file() and status in (None, "running"):
@@ -134,7 +147,7 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None, tuned: Seq
     values are appended to the label in brackets."""
     if keys is None:
         all_keys = sorted({k for r in runs for k in r.config if not _ignored(k) and k not in tuned})
-        keys = [k for k in all_keys if len({repr(r.config.get(k)) for r in runs}) > 1]
+        keys = [k for k in varying_keys(runs) if k not in tuned]
         keys = [k for k in keys if not _explained(k, keys, runs)]
         identity = all_keys
     else:
@@ -147,7 +160,7 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None, tuned: Seq
     for run in sorted(runs, key=lambda r: (str(r.path))):
         ident = json.dumps([repr(run.config.get(k)) for k in identity])
         if ident not in groups:
-            label = ", ".join(f"{re.sub(r'[.](name|kind)$', '', k)}={run.config.get(k)}" for k in keys) or "all runs"
+            label = ", ".join(f"{_short(k)}={run.config.get(k)}" for k in keys) or "all runs"
             groups[ident] = Group(label, values={k: run.config.get(k) for k in keys})
         groups[ident].runs.append(run)
     for g in groups.values():
@@ -160,6 +173,18 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None, tuned: Seq
         if labels.count(g.label) > 1:
             g.label = f"{g.label} #{i + 1}"
     return list(groups.values())
+
+
+def _short(key: str) -> str:
+    """A key as a label names it: ``algo.name`` as ``algo``, ``choice.participation/selection`` as
+    ``participation/selection``."""
+    return re.sub(r"[.](name|kind)$", "", key.removeprefix("choice."))
+
+
+def varying_keys(runs: List[Run]) -> List[str]:
+    """The config keys (not ignored) whose value differs between runs, sorted."""
+    keys = sorted({k for r in runs for k in r.config if not _ignored(k)})
+    return [k for k in keys if len({repr(r.config.get(k)) for r in runs}) > 1]
 
 
 def _explained(key: str, varying: Sequence[str], runs: List[Run]) -> bool:
@@ -369,7 +394,7 @@ def comparisons(groups: List[Group]) -> List[dict]:
             if len(differ) != 1:
                 continue
             key = differ[0]
-            short = re.sub(r"[.](name|kind)$", "", key)
+            short = _short(key)
             names = (f"{short}={a.values[key]}", f"{short}={b.values[key]}")
             for score, fn in SCORES:
                 seeds, x, y = stats.shared_seeds(a.by_seed(fn), b.by_seed(fn))

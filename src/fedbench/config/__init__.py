@@ -36,8 +36,6 @@ def register_configs() -> None:
     from fedbench.models import MODELS
     from fedbench.participation import LAYERS
 
-    import hydra_plugins.fedbench_tune.tune_sweeper  # noqa: F401  (stores hydra/sweeper=tune)
-
     OmegaConf.register_new_resolver("uid", lambda: _UID, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="root_schema", node=schema.RootConfig)

@@ -250,13 +250,21 @@ class Tuning:
         return jobs
 
     def report(self) -> Optional[Path]:
-        from fedbench.report import report
+        """``fedbench-report`` of the final runs: one group per method; the chosen values and every other setting
+        that differs between methods (a preset's per-method weighting, say) in brackets."""
+        from fedbench.report import find_runs, report, varying_keys
 
         final = self.root / "final"
-        if not final.is_dir():
+        runs = find_runs([final]) if final.is_dir() else []
+        if not runs:
             return None
-        tuned = sorted({d["key"] for dims in self.plan.spaces.values() for d in dims})
-        return report([final], out=self.root / "report", tuned=tuned)
+        key = self.plan.key
+        method = "algo.name" if key == "algo" else next(
+            (k for k in (f"choice.{key}", key) if any(k in r.config for r in runs)), key)
+        option = key.replace("/", ".") + "."  # the method's own options: named by the method
+        tuned = {d["key"] for dims in self.plan.spaces.values() for d in dims}
+        shown = sorted(tuned | {k for k in varying_keys(runs) if k != method and not k.startswith(option)})
+        return report([final], out=self.root / "report", group_by=[method], tuned=shown)
 
     def run(self) -> List[str]:
         chosen = self.select()

@@ -5,7 +5,6 @@ in ``fedbench.tune``. Its jobs go through the configured launcher (basic, joblib
 each with its own ``hydra.sweep.subdir`` under the tuning directory (``hydra.sweep.dir``).
 """
 
-from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
