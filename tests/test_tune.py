@@ -51,8 +51,8 @@ def fake_launcher(root, outcome, launched):
 def plan(algos=("fedavg", "mifa"), trials=2, dims=None, **kw):
     dims = dims or [Dimension("client.lr", [0.3, 0.1, 0.03], log=True, continuous=True)]
     return Plan(overrides=["experiment=smoke"], key="algo", methods=list(algos), trials=trials,
-                sampler=kw.pop("sampler", "grid"), select=kw.pop("select", "final"), tune_seeds=kw.pop("tune_seeds", [100]), seeds=[0, 1],
-                val_fraction=0.1, batch=kw.pop("batch", 4),
+                sampler=kw.pop("sampler", "grid"), select=kw.pop("select", "final"),
+                tune_seeds=kw.pop("tune_seeds", [100]), seeds=[0, 1], val_fraction=0.1, batch=kw.pop("batch", 4),
                 spaces={a: [d.to_json() for d in (dims[a] if isinstance(dims, dict) else dims)] for a in algos})
 
 
