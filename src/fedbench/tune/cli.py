@@ -178,11 +178,17 @@ def _directory(args: argparse.Namespace, plan: Plan) -> Path:
             datetime.now().strftime("%H-%M-%S")).resolve()
     path = root / "tune.json"
     if path.is_file():
-        diff = Plan.load(path).differences(plan)
+        old = Plan.load(path)
+        diff = [d for d in old.differences(plan) if not d.startswith("seeds:")]
         if diff:
             raise FedbenchError(f"{root} was started with another plan ({'; '.join(diff)}). Fix: rerun with the "
-                                "arguments it was started with, or leave out --dir to start a new tuning.")
-        print(f"fedbench-tune: continuing {root} (finished jobs are skipped)", flush=True)
+                                "arguments it was started with (only --seeds may change: the final seeds do not "
+                                "enter the selection), or leave out --dir to start a new tuning.")
+        if old.seeds != plan.seeds:
+            plan.save(path)
+        print(f"fedbench-tune: continuing {root} (finished jobs are skipped"
+              + (f"; final seeds now {','.join(map(str, plan.seeds))}" if old.seeds != plan.seeds else "") + ")",
+              flush=True)
     elif root.exists() and any(root.iterdir()):
         raise FedbenchError(f"{root} is not empty and holds no tune.json. Fix: pass --dir a new folder or a "
                             "tuning directory.")
