@@ -340,9 +340,10 @@ def plot_curves(groups: List[Group], out: Path) -> List[Path]:
             ax.set_ylabel(metric_label)
             ax.grid(alpha=0.3)
         handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=min(3, max(1, len(labels))), fontsize=8,
-                   frameon=False)
-        fig.tight_layout(rect=(0, 0.06 + 0.035 * math.ceil(len(labels) / 3), 1, 1))
+        longest = max((len(lb) for lb in labels), default=0)
+        ncol = min(3 if longest <= 45 else 2 if longest <= 75 else 1, max(1, len(labels)))
+        fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+        fig.tight_layout(rect=(0, 0.06 + 0.035 * math.ceil(len(labels) / ncol), 1, 1))
         for ext in ("png", "pdf"):
             path = out / f"curves_{axis}.{ext}"
             fig.savefig(path)
