@@ -293,3 +293,15 @@ def test_fedbench_tune_through_the_joblib_launcher(tmp_path):
     assert record["fedprox"]["trials_run"] == record["fedavg"]["trials_run"] == 2
     assert len(list((out / "final").glob("*/summary.json"))) == 4
 
+
+
+@pytest.mark.parametrize("space, message", [({"fedavgg": {"client.lr": [0.1]}}, "tune_space.fedavgg"),
+                                            ({"*": {"client.lr": []}}, "tune_space[.][*]"),
+                                            ({"fedavg": [0.1]}, "tune_space.fedavg")])
+def test_a_presets_tune_space_is_checked_on_every_run(space, message):
+    from fedbench.config.presets import apply_presets
+
+    cfg = compose("experiment=smoke")
+    cfg.tune_space = space
+    with pytest.raises(ConfigError, match=message):
+        apply_presets(cfg, set())

@@ -6,7 +6,9 @@
   aggregation a selection rule's paper uses: ``participation.selection.kind=power_of_choice`` with
   ``algo.aggregation: normalized``);
 * ``where_supported: {<group path>: {key: value}}``: applied where the composed group has the key (e.g.
-  ``participation.selection.clients_per_round``, which ``selection=all`` does not take).
+  ``participation.selection.clients_per_round``, which ``selection=all`` does not take);
+* ``tune_space: {"*" | <algorithm>: {key: [values]}}``: the paper's grid for ``fedbench-tune`` (``fedbench.tune.
+  space``); its names and shape are checked here, its keys and values when the tuning resolves them.
 
 Keys the user set on the command line win over all three. Every name and key is checked against the registered
 schemas, so a typo is an error, never a silently ignored setting.
@@ -96,6 +98,13 @@ def apply_presets(cfg: DictConfig, explicit: Set[str]) -> DictConfig:
             if key not in allowed:
                 raise ConfigError(f"algo_settings.{name}.{key}", f"algorithm {name} has no option '{key}'.",
                                   f"use one of: {', '.join(sorted(allowed))}.")
+    for name, space in OmegaConf.to_container(cfg.tune_space, resolve=True).items():
+        if name != "*" and name not in names:
+            raise ConfigError(f"tune_space.{name}", f"'{name}' is not an algorithm.",
+                              f"use \"*\" (every algorithm) or one of: {', '.join(names)}.")
+        if not isinstance(space, dict) or not all(isinstance(v, list) and v for v in space.values()):
+            raise ConfigError(f"tune_space.{name}", "an entry maps option keys to non-empty lists of values.",
+                              'write e.g. tune_space: {"*": {client.lr: [0.1, 0.01]}}.')
     for key, value in (settings.get(cfg.algo.name) or {}).items():
         if f"algo.{key}" not in explicit:
             OmegaConf.update(cfg, f"algo.{key}", value, merge=False)

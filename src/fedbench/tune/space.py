@@ -97,11 +97,7 @@ def resolve(cfg: DictConfig, cli_space: Optional[Dict[str, List[Any]]] = None) -
     if it names one, else the declared options; ``cli_space`` (``--space``) replaces keys on top. Every key must be
     an option of ``cfg`` and every value allowed by its declared rule."""
     name = str(cfg.algo.name)
-    preset = OmegaConf.to_container(cfg.tune_space, resolve=True) if "tune_space" in cfg else {}
-    unknown = [k for k in preset if k != "*" and not isinstance(preset[k], dict)]
-    if unknown:
-        raise ConfigError(f"tune_space.{unknown[0]}", "entries map keys to lists of values.",
-                          'write e.g. tune_space: {"*": {client.lr: [0.1, 0.01]}}.')
+    preset = OmegaConf.to_container(cfg.tune_space, resolve=True)  # its shape is checked by apply_presets
     if "*" in preset or name in preset:
         listed = {**(preset.get("*") or {}), **(preset.get(name) or {})}
         dims = [_listed(k, v, f"tune_space.{'*' if k in (preset.get('*') or {}) else name}.{k}")
