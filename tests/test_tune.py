@@ -217,7 +217,7 @@ def test_methods_can_be_the_values_of_any_option():
     args = parser().parse_args(["--compare", "participation/selection=uniform,md", "--trials", "3"])
     task, hydra_args = _split(["experiment=smoke", "hydra/launcher=joblib"], "participation/selection")
     assert (task, hydra_args) == (["experiment=smoke"], ["hydra/launcher=joblib"])
-    p = make_plan(args, task, hydra_args)
+    p = make_plan(args, *methods(args), task, hydra_args)
     assert (p.key, p.methods) == ("participation/selection", ["uniform", "md"])
     assert [d["key"] for d in p.spaces["md"]] == ["client.lr"]
     t = Tuning(p, Path("/nonexistent"), launch=None)

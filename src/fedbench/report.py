@@ -421,7 +421,8 @@ def _comparisons_md(rows: List[dict], agg: List[dict]) -> str:
     lines = ["# Paired comparisons", "",
              "Groups that differ in one key, compared seed by seed (the same seed: the same partition and "
              "participation trace). Mean paired difference A − B with its 95 % bootstrap CI over the shared seeds, "
-             "P(A > B) over those seeds, and a verdict that names a winner only when the CI excludes 0.", "",
+             "P(A > B) over those seeds, and a verdict that names a winner only when the CI excludes 0 and so does "
+             "the paired Student-t interval (the bootstrap is too narrow with few seeds).", "",
              "| A | B | score | seeds | A − B [95% CI] | P(A > B) | verdict |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         p = "—" if r["n"] == 0 else f"{r['p_improvement']:.2f}"
@@ -490,18 +491,20 @@ def _compared_html(pairs: List[dict], agg: List[dict]) -> str:
                          for r in pairs])
     profile = (f'<img src="profile.png" alt="performance profile" style="max-width:100%"{_MISSING}>' if agg else "")
     return (f"<h2>Paired comparisons</h2><p>Seed by seed (same partition and trace); 95 % bootstrap CIs over the "
-            f"shared seeds (comparisons.md).</p>{table}{profile}")
+            f"shared seeds; a verdict also needs the paired t-interval to exclude 0 (comparisons.md).</p>"
+            f"{table}{profile}")
 
 
 def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[Sequence[str]] = None,
-           targets: Optional[Sequence[float]] = None, tuned: Sequence[str] = ()) -> Path:
-    """Write the report of the runs under ``dirs``; return its folder. ``tuned``: keys chosen per group by
-    ``fedbench-tune`` (shown in the labels, not separating groups)."""
+           targets: Optional[Sequence[float]] = None, tuned: Sequence[str] = (),
+           runs: Optional[List[Run]] = None) -> Path:
+    """Write the report of the runs under ``dirs`` (``runs``: already read from them); return its folder.
+    ``tuned``: keys chosen per group by ``fedbench-tune`` (shown in the labels, not separating groups)."""
     dirs = [Path(d) for d in dirs]
     for d in dirs:
         if not d.is_dir():
             raise SystemExit(f"fedbench-report: error: {d} is not a directory.")
-    runs = find_runs(dirs)
+    runs = find_runs(dirs) if runs is None else runs
     if not runs:
         raise SystemExit(f"fedbench-report: error: no runs (folders with config.yaml and metrics.csv or "
                          f"summary.json) under {', '.join(map(str, dirs))}.")

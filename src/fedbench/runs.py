@@ -34,11 +34,18 @@ def config_diff(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
             if fa.get(k, missing) != fb.get(k, missing)]
 
 
-def read_status(run_dir: Path) -> Optional[str]:
+def read_summary(run_dir: Path) -> Optional[Dict[str, Any]]:
+    """The run's ``summary.json``; None when it is missing or not a JSON object."""
     try:
-        return json.loads((run_dir / "summary.json").read_text()).get("status", "completed")
-    except (OSError, ValueError, AttributeError):
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
         return None
+    return summary if isinstance(summary, dict) else None
+
+
+def read_status(run_dir: Path) -> Optional[str]:
+    summary = read_summary(run_dir)
+    return None if summary is None else summary.get("status", "completed")
 
 
 def _saved_config(run_dir: Path) -> Optional[Dict[str, Any]]:

@@ -17,7 +17,7 @@ import argparse
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from fedbench.errors import FedbenchError
 from fedbench.tune.protocol import Plan, check_seeds
@@ -39,24 +39,23 @@ def _seeds(text: str) -> List[int]:
     return seeds
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer >= 1")
-    return value
+def _number(cast: type, allowed: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
+    """An argparse type: ``cast(text)`` if ``allowed`` holds, else an error saying the value is not ``what``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = cast(text)
+        except ValueError:
+            value = None
+        if value is None or not allowed(value):
+            raise argparse.ArgumentTypeError(f"'{text}' is not {what}")
+        return value
+
+    return parse
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a fraction in (0, 1) (e.g. 0.1)")
-    return value
+_positive = _number(int, lambda v: v >= 1, "an integer >= 1")
+_fraction = _number(float, lambda v: 0 < v < 1, "a fraction in (0, 1) (e.g. 0.1)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -146,13 +145,14 @@ def methods(args: argparse.Namespace) -> tuple:
     return key, values
 
 
-def make_plan(args: argparse.Namespace, task: List[str], hydra_args: List[str]) -> Plan:
-    """The plan of the command: every method's overrides composed and checked, its space resolved."""
+def make_plan(args: argparse.Namespace, key: str, values: List[str], task: List[str],
+              hydra_args: List[str]) -> Plan:
+    """The plan of the command: every method (``key=value`` for each of ``values``) composed with the overrides
+    and checked, its space resolved."""
     from fedbench.cli import _compose, preflight
     from fedbench.errors import ConfigError
     from fedbench.tune.space import resolve
 
-    key, values = methods(args)
     check_seeds(args.tune_seeds, args.seeds)
     rule = Rule.parse(args.select)
     cli_space = _space(args.space)
@@ -206,9 +206,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parser().parse_intermixed_args(argv)
     register_configs()
     try:
-        task, hydra_args = _split(args.overrides, methods(args)[0])
+        key, values = methods(args)
+        task, hydra_args = _split(args.overrides, key)
         hydra_args += cli._user_config_dirs([a for d in args.config_dir for a in ("--config-dir", d)])
-        plan = make_plan(args, task, hydra_args)
+        plan = make_plan(args, key, values, task, hydra_args)
         root = _directory(args, plan)
     except FedbenchError as exc:
         cli.fail(str(exc))

@@ -29,7 +29,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from fedbench.errors import FedbenchError
 from fedbench.rng import derive_seed
-from fedbench.tune.select import Rule, choose, mean_score, run_score, run_status
+from fedbench.checkpoint import Checkpointer
+from fedbench.runs import read_status, read_summary
+from fedbench.tune.select import Rule, choose, mean_score, run_score
 from fedbench.tune.space import Dimension, grid_points, grid_size
 
 FINISHED = ("completed", "diverged")
@@ -113,10 +115,9 @@ class Tuning:
         pending = []
         for job in jobs:
             run_dir = self.root / job.name
-            status, _ = run_status(run_dir)
-            if status in FINISHED:
+            if read_status(run_dir) in FINISHED:
                 continue
-            if any((run_dir / "checkpoints").glob("*")):
+            if Checkpointer(run_dir).paths():
                 job = Job(job.name, [*job.overrides, f"resume={run_dir.resolve()}"])
             elif run_dir.exists():
                 shutil.rmtree(run_dir)  # a failed or killed attempt with nothing to continue
@@ -126,8 +127,9 @@ class Tuning:
                       + (f" ({len(jobs) - len(pending)} already finished)" if len(pending) < len(jobs) else ""))
             self._launch(pending)
         for job in jobs:
-            status, reason = run_status(self.root / job.name)
+            status = read_status(self.root / job.name)
             if status not in FINISHED and job.name not in self.failed:
+                reason = (read_summary(self.root / job.name) or {}).get("reason")
                 self.failed.append(job.name)
                 self.echo(f"fedbench-tune: job {job.name} {status or 'wrote no summary'}"
                           + (f": {reason}" if reason else ""))
@@ -143,11 +145,12 @@ class Tuning:
         path.write_text(json.dumps(params, indent=2) + "\n")
 
     def _score(self, method: str, index: int, params: Dict[str, Any]) -> dict:
-        runs = {}
+        runs, scores = {}, []
         for job in self._trial_jobs(method, index, params):
             score, status = run_score(self.rule, self.root / job.name)
-            runs[job.name.rsplit("_seed", 1)[1]] = {"status": status, "score": _json_score(score), "_raw": score}
-        score = mean_score([r.pop("_raw") for r in runs.values()])
+            runs[job.name.rsplit("_seed", 1)[1]] = {"status": status, "score": _json_score(score)}
+            scores.append(score)
+        score = mean_score(scores)
         return {"index": index, "params": params, "overrides": [f"{k}={_value(v)}" for k, v in params.items()],
                 "runs": runs, "score": score}
 
@@ -264,7 +267,7 @@ class Tuning:
         option = key.replace("/", ".") + "."  # the method's own options: named by the method
         tuned = {d["key"] for dims in self.plan.spaces.values() for d in dims}
         shown = sorted(tuned | {k for k in varying_keys(runs) if k != method and not k.startswith(option)})
-        return report([final], out=self.root / "report", group_by=[method], tuned=shown)
+        return report([final], out=self.root / "report", group_by=[method], tuned=shown, runs=runs)
 
     def run(self) -> List[str]:
         chosen = self.select()

@@ -11,7 +11,6 @@ earlier trial.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from fedbench.errors import FedbenchError
+from fedbench.runs import read_status
 
 #: the columns of metrics.csv that selection may read
 VALIDATION_COLUMNS = ("round", "val_acc", "val_loss")
@@ -47,15 +47,6 @@ def read_validation(run_dir: Path) -> Dict[str, List[float]]:
     except (OSError, ValueError, csv.Error):
         return {c: [] for c in VALIDATION_COLUMNS}
     return out
-
-
-def run_status(run_dir: Path) -> Tuple[Optional[str], str]:
-    """(status, reason) from ``summary.json``; (None, "") when the run has not written one."""
-    try:
-        summary = json.loads((Path(run_dir) / "summary.json").read_text())
-        return summary.get("status", "completed"), summary.get("reason") or ""
-    except (OSError, ValueError, AttributeError):
-        return None, ""
 
 
 @dataclass(frozen=True)
@@ -115,7 +106,7 @@ class Rule:
 
 def run_score(rule: Rule, run_dir: Path) -> Tuple[Tuple[float, float], str]:
     """(score, status) of one run: worst unless it completed with validation evaluations."""
-    status, _ = run_status(run_dir)
+    status = read_status(Path(run_dir))
     if status != "completed":
         return WORST, status or "missing"
     return rule.score(read_validation(run_dir)), status

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from fedbench.errors import ConfigError
-from fedbench.options import declared_searches, rule_of
+from fedbench.options import DEFAULT_RULE, declared_searches, rule_of
 from fedbench.rng import numpy_rng
 
 #: keys the tuning protocol sets itself, never searched
@@ -65,7 +65,7 @@ def _field_rule(cfg: DictConfig, key: str):
     node = OmegaConf.select(cfg, parent) if parent else cfg
     cls = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
     fields = {f.name: f for f in dataclasses.fields(cls)} if cls is not None and dataclasses.is_dataclass(cls) else {}
-    return rule_of(fields[leaf]) if leaf in fields else None
+    return rule_of(fields[leaf]) if leaf in fields else DEFAULT_RULE  # as check_values reads untyped keys
 
 
 def declared(cfg: DictConfig) -> List[Dimension]:
@@ -115,10 +115,7 @@ def resolve(cfg: DictConfig, cli_space: Optional[Dict[str, List[Any]]] = None) -
                               "list only keys of the composed config (python run.py --cfg job algo=<name>).")
         rule = _field_rule(cfg, d.key)
         for v in d.values:
-            if rule is not None:
-                rule.check(d.key, v)
-            elif isinstance(v, float) and not math.isfinite(v):
-                raise ConfigError(d.key, f"{v} is not a finite number.", "give finite values.")
+            rule.check(d.key, v)
     return dims
 
 
