@@ -43,10 +43,14 @@ def test_wandb_offline_run_has_tags_dotted_config_round_steps_and_images(tmp_pat
     logger = RunLogger(tmp_path / "run", cfg)
     Simulation(cfg, tmp_path / "run", tmp_path / "data").run(logger)
     logger.finish()
+    import wandb
+
+    wandb.teardown()  # the shared W&B service writes the run file asynchronously: wait until it has exited
     (path,) = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
     records = _records(path)
     kinds = [r.WhichOneof("record_type") for r in records]
-    run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+    run = next((r.run for r in records if r.WhichOneof("record_type") == "run"), None)
+    assert run is not None, f"no run record in {path} ({path.stat().st_size} bytes): {kinds}"
     assert set(run.tags) >= {"algo:fedavgm", "dataset:digits", "partition:iid", "participation:markov"}
     config = {item.key for r in records if r.WhichOneof("record_type") in ("run", "config")
               for item in (r.run.config.update if r.WhichOneof("record_type") == "run" else r.config.update)}
