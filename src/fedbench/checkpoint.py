@@ -3,12 +3,12 @@
 A checkpoint is one ``torch.save`` file ``<run dir>/checkpoints/round_<r>.pt`` holding only tensors, numbers,
 strings, lists and dicts (numpy arrays are packed as tensors), so it is read with ``torch.load(weights_only=True)``:
 loading a checkpoint can never run code. It is written to a temporary file, flushed to disk and renamed into place,
-so a kill at any moment leaves either the previous checkpoint or the new one; the newest ``keep`` are kept.
+so a kill at any moment leaves either the previous checkpoint or the new one; the newest ``keep`` are kept, and a
+storage fault while writing one (``fedbench.storage.StorageFault``) leaves the previous ones as the resume point.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from fedbench.errors import FedbenchError
+from fedbench.storage import guard, write_file
 
 _ARRAY = "__ndarray__"
 _BYTES = "__bytes__"
@@ -72,16 +73,12 @@ class Checkpointer:
         return sorted(found)
 
     def save(self, round: int, state: Dict[str, Any]) -> Path:
-        self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"round_{round:08d}.pt"
-        tmp = self.folder / f".{path.name}.tmp"
-        with open(tmp, "wb") as f:
-            torch.save({"format": FORMAT, **pack(state)}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        packed = {"format": FORMAT, **pack(state)}
+        write_file(path, lambda f: torch.save(packed, f), sync=True)
         for _, old in self.paths()[: -self.keep]:
-            old.unlink(missing_ok=True)
+            with guard(old, "remove"):
+                old.unlink(missing_ok=True)
         return path
 
     @staticmethod

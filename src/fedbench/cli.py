@@ -9,6 +9,7 @@ way.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -231,52 +232,85 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def _write_failure(run_dir: Path, cfg: DictConfig, reason: str, summary: Optional[dict] = None) -> None:
-    """Record a failed job's status (best effort: the directory may be what failed). Without a ``summary`` of
-    this job's own progress, an existing ``summary.json`` (another run's results) is left alone."""
+def _record_failure(run_dir: Path, cfg: DictConfig, reason: str, summary: Optional[dict],
+                    trace: Optional[str] = None) -> List[str]:
+    """Leave a failed job's state where it can be written: ``summary.json`` (status failed, the reason, the
+    progress in ``summary``) and, given ``trace``, ``error.log``. Without a ``summary`` of this job's own progress,
+    an existing ``summary.json`` (another run's results) is left alone. Returns what could not be written (a
+    failed rewrite of ``summary.json`` leaves its last good version)."""
     from fedbench.logging.run_logger import write_json
+    from fedbench.storage import StorageFault, write_text
 
-    if summary is None and (run_dir / "summary.json").exists():
-        return
-    record = summary or {"algorithm": cfg.algo.name, "seed": int(cfg.seed), "rounds": 0}
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_json(run_dir / "summary.json", {**record, "status": "failed", "reason": reason})
-    except OSError:
-        pass
+    notes = []
+    if summary is not None or not (run_dir / "summary.json").exists():
+        record = summary or {"algorithm": cfg.algo.name, "seed": int(cfg.seed), "rounds": 0}
+        try:
+            write_json(run_dir / "summary.json", {**record, "status": "failed", "reason": reason})
+        except StorageFault as exc:
+            notes.append(f"summary.json could not be updated ({exc.error.strerror or exc}); its last good version "
+                         "is kept")
+    if trace is not None:
+        try:
+            write_text(run_dir / "error.log", trace)
+        except StorageFault as exc:
+            notes.append(f"error.log could not be written ({exc.error.strerror or exc})")
+    return notes
 
 
 def _drop_if_empty(fresh_dir: Path, run_dir: Path) -> None:
     """Remove the directory Hydra made for this job when the job continued another run's directory."""
     if fresh_dir.resolve() == run_dir.resolve() or not fresh_dir.is_dir():
         return
-    if all(p.name == ".hydra" or p.suffix == ".log" for p in fresh_dir.iterdir()):
+    if all(p.name in (".hydra", ".lock") or p.suffix == ".log" for p in fresh_dir.iterdir()):
         shutil.rmtree(fresh_dir, ignore_errors=True)
 
 
+def _report(message: str, multirun: bool, run_dir: Path, code: int) -> None:
+    """Print a job's failure as one paragraph; a single run then exits with ``code``, a sweep goes on."""
+    if not multirun:
+        print(f"fedbench: error: {message}", file=sys.stderr, flush=True)
+        raise SystemExit(code)
+    print(f"fedbench: error: job {run_dir.name}: {message}", file=sys.stderr, flush=True)
+
+
+def _resume_point(run_dir: Path) -> str:
+    from fedbench.checkpoint import Checkpointer
+
+    found = Checkpointer(run_dir).paths()
+    if found:
+        return f"a resume continues exactly from its latest checkpoint (round {found[-1][0]})"
+    return "it has no checkpoint yet, so a resume starts it afresh in the same directory"
+
+
 def run_job(cfg: DictConfig) -> Optional[float]:
-    """One Hydra job: decide its directory (fresh or resumed), build the simulation, run it under the stop
-    signals, write results. A failure is recorded in ``summary.json`` (status failed, the reason) and, in a
-    multirun, does not stop the sweep; W&B is always finished."""
+    """One Hydra job: claim its directory (fresh or resumed, under the directory's lock), build the simulation,
+    run it under the stop signals, write results. A failure is recorded in ``summary.json`` (status failed, the
+    reason) and ``error.log``, printed as one paragraph, and, in a multirun, does not stop the sweep; W&B is always
+    finished and the lock released."""
     from fedbench.checkpoint import Checkpointer
     from fedbench.engine.simulation import RunControl, Simulation
+    from fedbench.lock import RunLocked, describe
     from fedbench.logging import RunLogger
     from fedbench.logging.run_logger import plain_config
-    from fedbench.runs import Interrupted, StopSignals, plan
+    from fedbench.runs import Interrupted, StopSignals, claim
+    from fedbench.storage import Reserve, StorageFault
 
     from fedbench.config.presets import apply_presets, user_keys
 
+    logging.raiseExceptions = False  # a log file on a full disk must not print tracebacks (Hydra logs to the job dir)
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     cfg = apply_presets(cfg, user_keys(list(hydra_cfg.overrides.task)))
     fresh_dir = run_dir = Path(hydra_cfg.runtime.output_dir)
     root = Path(to_absolute_path(cfg.data.root))
-    logger, sim, code, signals = None, None, 1, StopSignals()
+    logger, sim, lock, reserve, code, signals = None, None, None, None, 1, StopSignals()
     try:
         signals.__enter__()  # from here on, SIGINT / SIGTERM end the job cleanly (checkpoint, status)
-        job = plan(cfg, fresh_dir, Path(to_absolute_path("outputs")),
-                   requeued=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0)
+        job, lock = claim(cfg, fresh_dir, Path(to_absolute_path("outputs")),
+                          requeued=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0)
         run_dir = job.run_dir
+        reserve = Reserve(run_dir)
+        reserve.hold()
         _drop_if_empty(fresh_dir, run_dir)
         if job.note:
             print(f"fedbench: {job.note}", flush=True)
@@ -292,12 +326,13 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         control = RunControl(Checkpointer(run_dir, cfg.checkpoint_keep), json.dumps(plain_config(cfg)),
                              signals.reason)
         summary = sim.run(logger, control)
+        logger.close_files()  # the CSVs' last rows are on disk before the summary that counts them
         logger.write_summary(summary)
         logger.print(f"[{cfg.algo.name}] {summary['status']}"
                      + (f" ({summary['reason']})" if summary["reason"] else "") + f": results in {run_dir}")
         code = 0
         if summary["status"] == "interrupted":
-            logger.finish(0)
+            _finish(logger, 0)
             logger = None
             signals.chain()  # pre-empted under a scheduler: its handler requeues the job (which then resumes)
             raise SystemExit(signals.exit_code)
@@ -306,39 +341,63 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         reason = f"{stop} (second signal) during round {sim.next_round + 1 if sim else 0}; resume=true restarts " \
                  "from the latest checkpoint"
         if logger is not None:
-            logger.write_summary(sim.summary("interrupted", reason))
+            try:
+                logger.write_summary(sim.summary("interrupted", reason))
+            except StorageFault:
+                pass  # the last good summary stays; the message below says what happened
         print(f"fedbench: stopped at once: {reason}", file=sys.stderr, flush=True)
         raise SystemExit(128 + stop.signum) from None
+    except RunLocked as exc:
+        if multirun and str(cfg.resume).strip().lower() in ("true", "yes", "1"):
+            print(f"fedbench: skipping job {fresh_dir.name}: {exc.run_dir} is being run by another process "
+                  f"({describe(exc.owner)}); resume=true leaves it to that process", flush=True)
+            code = 0
+            return None
+        _report(str(exc), multirun, fresh_dir, 2)  # nothing is written: the directory is another process's
     except FedbenchError as exc:
-        _write_failure(run_dir, cfg, str(exc), sim.summary() if logger is not None else None)
-        if not multirun:
-            fail(str(exc))
-        print(f"fedbench: error: job {run_dir.name}: {exc}", file=sys.stderr, flush=True)
+        _record_failure(run_dir, cfg, str(exc), sim.summary() if logger is not None else None)
+        _report(str(exc), multirun, run_dir, 2)
+    except StorageFault as exc:  # no space, read-only, quota, I/O error: the run stops where it is, resumable
+        if reserve is not None:
+            reserve.free()  # room for the failure record on a disk the run has just filled
+        notes = _record_failure(run_dir, cfg, f"storage fault: {exc}",
+                                sim.summary() if logger is not None else None, traceback.format_exc())
+        _report(f"job stopped by a storage fault: {exc}. Its results so far are in {run_dir}; "
+                f"{_resume_point(run_dir)}. Fix: {exc.fix}; then rerun with resume={run_dir}."
+                + "".join(f" Note: {n}." for n in notes)
+                + ("" if any("error.log" in n for n in notes) else f" The traceback is in {run_dir / 'error.log'}."),
+                multirun, run_dir, 1)
     except Exception as exc:  # a bug or a runtime failure: recorded with its traceback, the sweep goes on
         reason = f"{type(exc).__name__}: {exc}"
-        _write_failure(run_dir, cfg, reason, sim.summary() if logger is not None else None)
-        trace = run_dir / "error.log"
-        try:
-            trace.write_text(traceback.format_exc())
-        except OSError:
-            trace = None
-        message = f"job failed: {reason}" + (f" (traceback in {trace})" if trace else "")
-        if not multirun:
-            print(f"fedbench: error: {message}", file=sys.stderr, flush=True)
-            raise SystemExit(1) from None
-        print(f"fedbench: error: job {run_dir.name}: {message}", file=sys.stderr, flush=True)
+        notes = _record_failure(run_dir, cfg, reason, sim.summary() if logger is not None else None,
+                                traceback.format_exc())
+        where = "" if any("error.log" in n for n in notes) else f" (traceback in {run_dir / 'error.log'})"
+        _report(f"job failed: {reason}{where}" + "".join(f" Note: {n}." for n in notes), multirun, run_dir, 1)
     finally:
         signals.__exit__()
         if sim is not None:
             sim.close()
         if logger is not None:
-            logger.finish(code)
+            _finish(logger, code)
+        if reserve is not None:
+            reserve.free()
+        if lock is not None:
+            lock.release()
     return None
 
 
+def _finish(logger: Any, code: int) -> None:
+    """Close a run's files and finish its W&B run on the way out; a failure here is one warning line."""
+    try:
+        logger.finish(code)
+    except Exception as exc:
+        print(f"fedbench: warning: could not close the run's files or W&B run: {exc}", file=sys.stderr, flush=True)
+
+
 class SweepTable(Callback):
-    """At the end of a multirun: one line per job (status, final accuracy, reason), from the jobs' summaries;
-    ``SWEEP_FAILED`` then says whether a job failed for a reason other than divergence."""
+    """At the end of a multirun: one line per job (status, final accuracy, reason), from the jobs' summaries and
+    locks (a job that died is failed; one that another process runs, skipped under resume=true, is running);
+    ``SWEEP_FAILED`` then says whether a job failed or stopped for a reason other than divergence."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if "fedbench_tune" in str(config.hydra.sweeper.get("_target_", "")):
@@ -346,16 +405,21 @@ class SweepTable(Callback):
         sweep = Path(to_absolute_path(config.hydra.sweep.dir))
         jobs = sorted((d for d in sweep.iterdir() if d.is_dir() and (d / ".hydra").is_dir()),
                       key=lambda d: (len(d.name), d.name)) if sweep.is_dir() else []
+        from fedbench.lock import describe, owner
+        from fedbench.runs import read_summary, run_state
+
         rows = []
         for job in jobs:
-            try:
-                summary = json.loads((job / "summary.json").read_text())
-            except (OSError, ValueError):
-                summary = {"status": "failed", "reason": "no summary.json (the job died)"}
-            reason = summary.get("reason") or ""
-            rows.append((job.name, summary.get("status", "completed"), summary.get("final_test_acc"),
+            status, reason = run_state(job)
+            held = owner(job)
+            if status is None:
+                status, reason = "failed", "no readable summary.json (the job died before writing one)"
+            if held:  # skipped by this sweep (resume=true): another process runs it
+                status, reason = "running", f"in another process ({describe(held)})"
+            reason = reason or ""
+            rows.append((job.name, status, (read_summary(job) or {}).get("final_test_acc"),
                          reason if len(reason) <= 120 else reason[:117] + "..."))
-        SWEEP_FAILED[:] = [name for name, status, _, _ in rows if status not in ("completed", "diverged")]
+        SWEEP_FAILED[:] = [name for name, status, _, _ in rows if status not in ("completed", "diverged", "running")]
         width = max([len(r[0]) for r in rows] + [3])
         print(f"\nfedbench: sweep {sweep}: {len(rows)} jobs", flush=True)
         print(f"  {'job':<{width}}  {'status':<11}  {'test_acc':>8}  reason")

@@ -1,4 +1,5 @@
-"""Run directories: which earlier run a ``resume`` continues, config identity, and stopping on a signal."""
+"""Run directories: which earlier run a ``resume`` continues (decided under the directory's lock, ``claim``), a
+run's status as its files and its lock tell it, config identity, and stopping on a signal."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from omegaconf import DictConfig
 from fedbench.checkpoint import Checkpointer
 from fedbench.tree import flatten
 from fedbench.errors import FedbenchError
+from fedbench.lock import RunLock, owner
 from fedbench.logging.run_logger import plain_config
 
 #: Keys that may differ between a checkpoint and the run that resumes it (they do not change the numbers).
@@ -43,9 +45,26 @@ def read_summary(run_dir: Path) -> Optional[Dict[str, Any]]:
     return summary if isinstance(summary, dict) else None
 
 
-def read_status(run_dir: Path) -> Optional[str]:
+#: The reason given for a run whose summary says ``running`` while no process owns its directory.
+STOPPED = ("the job stopped without recording its end (killed, or its results could not be written: see error.log "
+           "if there is one); resume=true continues from its latest checkpoint")
+
+
+def run_state(run_dir: Path) -> Tuple[Optional[str], Optional[str]]:
+    """(status, reason) of a run directory: its summary's, except that a summary still saying ``running`` while
+    no process owns the directory (``fedbench.lock.owner``) means the job died: ``failed`` with ``STOPPED``.
+    (None, None) without a readable summary."""
     summary = read_summary(run_dir)
-    return None if summary is None else summary.get("status", "completed")
+    if summary is None:
+        return None, None
+    status = summary.get("status", "completed")
+    if status == "running" and owner(run_dir) is None:
+        return "failed", STOPPED
+    return status, summary.get("reason")
+
+
+def read_status(run_dir: Path) -> Optional[str]:
+    return run_state(run_dir)[0]
 
 
 def _saved_config(run_dir: Path) -> Optional[Dict[str, Any]]:
@@ -85,9 +104,12 @@ def _continue(run_dir: Path, config: Dict[str, Any], keep: int, explicit: bool) 
             raise FedbenchError(f"Checkpoint {path} belongs to another config ({'; '.join(diff[:8])}). "
                                 "Fix: resume with the run's own overrides, or start a new run without resume.")
         return ResumePlan(run_dir, state, note=f"resuming {run_dir} at round {state['round']}")
+    if explicit and (saved is not None or status == "failed"):  # e.g. a storage fault before the first checkpoint
+        return ResumePlan(run_dir, note=f"{run_dir} has no checkpoint (status {status or 'unknown'}): starting it "
+                                        "afresh in the same directory")
     if explicit:
-        raise FedbenchError(f"Cannot resume {run_dir}: it has no checkpoint (status {status or 'unknown'}). "
-                            "Fix: start the run afresh (without resume).")
+        raise FedbenchError(f"Cannot resume {run_dir}: it has no checkpoint and no config.yaml. Fix: start the run "
+                            "afresh (without resume).")
     return None
 
 
@@ -98,21 +120,16 @@ def plan(cfg: DictConfig, fresh_dir: Path, outputs: Path, requeued: bool = False
     same config under ``outputs`` (or the job's own directory), skip it if it completed, else start afresh."""
     config = plain_config(cfg)
     keep = cfg.checkpoint_keep
-    resume = cfg.resume
-    flag = None if resume is None else str(resume).strip().lower()
-    if flag in (None, "", "false", "no", "0", "none", "null"):
+    flag = _resume_flag(cfg)
+    if flag == "fresh":
         if requeued and (fresh_dir / "checkpoints").is_dir():
             return _continue(fresh_dir, config, keep, explicit=False) or ResumePlan(fresh_dir)
         if (fresh_dir / "summary.json").exists() or (fresh_dir / "checkpoints").is_dir():
             raise FedbenchError(f"{fresh_dir} already holds a run's results. Fix: pass resume=true to continue it, "
                                 "or choose another output directory (hydra.run.dir).")
         return ResumePlan(fresh_dir)
-    if flag not in ("true", "yes", "1"):
-        target = Path(str(resume)).expanduser()
-        if not target.is_dir():
-            raise FedbenchError(f"Invalid config 'resume': {resume} is not a run directory. Fix: pass resume=true, "
-                                "or the directory of the run to continue (it holds config.yaml and checkpoints/).")
-        return _continue(target.resolve(), config, keep, explicit=True)
+    if flag != "true":
+        return _continue(_resume_target(flag), config, keep, explicit=True)
     own = _continue(fresh_dir, config, keep, explicit=False) if (fresh_dir / "config.yaml").exists() else None
     if own is not None:
         return own
@@ -121,6 +138,55 @@ def plan(cfg: DictConfig, fresh_dir: Path, outputs: Path, requeued: bool = False
         if found is not None:
             return found
     return ResumePlan(fresh_dir, note="no earlier run of this config to resume: starting afresh")
+
+
+def _resume_flag(cfg: DictConfig) -> str:
+    """'fresh', 'true', or the directory ``resume`` names."""
+    flag = None if cfg.resume is None else str(cfg.resume).strip().lower()
+    if flag in (None, "", "false", "no", "0", "none", "null"):
+        return "fresh"
+    return "true" if flag in ("true", "yes", "1") else str(cfg.resume)
+
+
+#: A directory holding one of these is a run's (``resume=<dir>`` locks and writes nowhere else).
+RUN_FILES = ("config.yaml", "summary.json", "checkpoints", ".hydra")
+
+
+def _resume_target(resume: str) -> Path:
+    target = Path(resume).expanduser()
+    if not target.is_dir() or not any((target / name).exists() for name in RUN_FILES):
+        raise FedbenchError(f"Invalid config 'resume': {resume} is not a run directory. Fix: pass resume=true, "
+                            "or the directory of the run to continue (it holds config.yaml and checkpoints/).")
+    return target.resolve()
+
+
+def claim(cfg: DictConfig, fresh_dir: Path, outputs: Path, requeued: bool = False) -> Tuple[ResumePlan, RunLock]:
+    """The job's plan, decided while holding its run directory's lock (``fedbench.lock.RunLock``, raising
+    ``RunLocked`` when another live process owns it): a fresh run or ``resume=<dir>`` locks its directory first;
+    ``resume=true`` finds its run, locks it, and plans again, since another process may have advanced or finished
+    the run in between."""
+    flag = _resume_flag(cfg)
+    if flag != "true":
+        lock = RunLock(fresh_dir if flag == "fresh" else _resume_target(flag)).acquire()
+        try:
+            return plan(cfg, fresh_dir, outputs, requeued), lock
+        except BaseException:
+            lock.release()
+            raise
+    for _ in range(3):
+        first = plan(cfg, fresh_dir, outputs, requeued)
+        lock = RunLock(first.run_dir.resolve()).acquire()
+        try:
+            job = plan(cfg, fresh_dir, outputs, requeued)
+        except BaseException:
+            lock.release()
+            raise
+        if job.run_dir.resolve() == first.run_dir.resolve():
+            return job, lock
+        lock.release()
+    raise FedbenchError(f"resume=true: the run to continue for {fresh_dir} kept changing while it was being "
+                        "locked (other processes are resuming runs of this config). Fix: pass resume=<the run "
+                        "directory> to continue one run.")
 
 
 def _candidates(outputs: Path, config: Dict[str, Any], exclude: Path) -> List[Path]:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedbench.storage import write_file
+
 
 def _figure(rows: int, cols: int):
     import matplotlib
@@ -24,8 +26,10 @@ def _finish(plt, fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> P
     ax.set_ylabel(ylabel)
     ax.set_title("\n".join(textwrap.wrap(title, width=int(fig.get_figwidth() * 11))), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        write_file(path, lambda f: fig.savefig(f, format="png"))
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -75,6 +79,8 @@ def probability_histogram(rounds: np.ndarray, probs: np.ndarray, path: Path, tit
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        write_file(path, lambda f: fig.savefig(f, format="png"))
+    finally:
+        plt.close(fig)
     return path

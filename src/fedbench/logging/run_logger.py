@@ -2,7 +2,8 @@
 
 Files (always): ``config.yaml`` (resolved), ``metrics.csv`` (one row per evaluation, flushed as it is written),
 ``rounds.csv`` (per-round participation counts, training loss and learning rate), ``summary.json`` (strict JSON,
-rewritten atomically at each evaluation with ``status`` running and at the end). W&B
+rewritten atomically at each evaluation with ``status`` running and at the end). Every file is written through
+``fedbench.storage`` (a storage fault is a ``StorageFault`` naming the file). W&B
 (``logger=wandb``, offline by default) gets the same rows against ``round`` as the step metric, the config with
 dotted keys, tags (algo, dataset, partition, participation), the summary and the partition / participation images;
 runs of a sweep share a group derived from the config without the seed, and ``finish`` is always called.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import math
 import os
@@ -20,6 +22,7 @@ from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from fedbench.storage import guard, open_for_writing, write_text
 from fedbench.tree import flatten
 
 _NOT_IN_GROUP = ("seed", "logger", "engine", "hydra")
@@ -50,10 +53,8 @@ def strict_json(value: Any) -> Any:
 
 
 def write_json(path: Path, value: Any) -> None:
-    """Write strict JSON atomically (temporary file, then rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(strict_json(value), indent=2, sort_keys=True, allow_nan=False))
-    tmp.replace(path)
+    """Write strict JSON atomically (``fedbench.storage.write_text``: a failed write leaves the old file)."""
+    write_text(path, json.dumps(strict_json(value), indent=2, sort_keys=True, allow_nan=False))
 
 
 class _CsvTable:
@@ -66,36 +67,38 @@ class _CsvTable:
         self.file = None
         self.writer = None
         if keep_until is not None and path.is_file():
-            with open(path, newline="") as f:
+            with open(path, newline="", encoding="utf-8", errors="replace") as f:
                 reader = csv.DictReader(f)
                 fields = reader.fieldnames
                 rows = [r for r in reader if None not in r.values() and None not in r
                         and r["round"].isdigit() and int(r["round"]) <= keep_until]  # drops a torn last line
             if fields:
-                tmp = path.with_name(f".{path.name}.tmp")
-                with open(tmp, "w", newline="") as f:
-                    writer = csv.DictWriter(f, fieldnames=fields)
-                    writer.writeheader()
-                    writer.writerows(rows)
-                tmp.replace(path)
-                self.file = open(path, "a", newline="")
+                text = io.StringIO(newline="")
+                writer = csv.DictWriter(text, fieldnames=fields)
+                writer.writeheader()
+                writer.writerows(rows)
+                write_text(path, text.getvalue())
+                self.file = open_for_writing(path, "a")
                 self.writer = csv.DictWriter(self.file, fieldnames=fields)
 
     def write(self, row: Dict[str, Any]) -> None:
-        if self.writer is None:
-            self.file = open(self.path, "w", newline="")
-            self.writer = csv.DictWriter(self.file, fieldnames=list(row))
-            self.writer.writeheader()
-        self.writer.writerow(row)
+        with guard(self.path, "append to"):
+            if self.writer is None:
+                self.file = open_for_writing(self.path, "w")
+                self.writer = csv.DictWriter(self.file, fieldnames=list(row))
+                self.writer.writeheader()
+            self.writer.writerow(row)
 
     def flush(self) -> None:
         if self.file is not None:
-            self.file.flush()
+            with guard(self.path, "append to"):
+                self.file.flush()
 
     def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-        self.file = self.writer = None
+        file, self.file, self.writer = self.file, None, None
+        if file is not None:
+            with guard(self.path, "append to"):
+                file.close()
 
 
 class RunLogger:
@@ -105,9 +108,10 @@ class RunLogger:
     def __init__(self, run_dir: Path, cfg: DictConfig, resume_round: Optional[int] = None,
                  wandb_id: Optional[str] = None):
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with guard(self.run_dir, "create"):
+            self.run_dir.mkdir(parents=True, exist_ok=True)
         self.console = bool(cfg.logger.console)
-        (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(plain_config(cfg)))
+        write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(plain_config(cfg)))
         self._metrics = _CsvTable(self.run_dir / "metrics.csv", resume_round)
         self._rounds = _CsvTable(self.run_dir / "rounds.csv", resume_round)
         self.wandb = None
@@ -176,9 +180,18 @@ class RunLogger:
         if self.console:
             print(line, flush=True)
 
+    def close_files(self) -> None:
+        """Close the CSV files (a ``StorageFault`` if their last rows cannot be written)."""
+        try:
+            self._metrics.close()
+        finally:
+            self._rounds.close()
+
     def finish(self, exit_code: int = 0) -> None:
-        self._metrics.close()
-        self._rounds.close()
-        if self.wandb is not None:
-            self.wandb.finish(exit_code=exit_code)
-            self.wandb = None
+        """Close the files and finish the W&B run; W&B is finished whatever happens to the files."""
+        try:
+            self.close_files()
+        finally:
+            run, self.wandb = self.wandb, None
+            if run is not None:
+                run.finish(exit_code=exit_code)

@@ -6,8 +6,9 @@ so every algorithm gets the same backends and accounting:
 * ``memory`` (default): a row is allocated when a client is first written, on the run's device, so the cost is
   (clients seen) x d floats;
 * ``memmap``: one float32 (N, d) file per table under ``engine.client_state_dir`` (default
-  ``<run dir>/client_state``); the OS pages rows in and out, so N x d may exceed RAM. Files are sparse until
-  written.
+  ``<run dir>/client_state``); the OS pages rows in and out, so N x d may exceed RAM. A new file's blocks are
+  reserved when it is created (``posix_fallocate``), so a full disk is a ``StorageFault`` at the start, not a
+  SIGBUS in the middle of a round.
 
 Unwritten rows read as zeros. ``summary.json`` reports the bytes held (``client_state``). A table may have its
 own number of rows (e.g. GradMA's m memory slots) and be ``dense``: one (rows, d) tensor allocated up front, so
@@ -28,6 +29,8 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
+from fedbench.storage import guard, open_for_writing, write_bytes
+
 
 class ClientTable:
     def __init__(self, name: str, num_clients: int, dim: int, device: torch.device, folder: Optional[Path],
@@ -40,12 +43,16 @@ class ClientTable:
         self.undo_path: Optional[Path] = None
         self._logged: Optional[set] = None  # rows whose pre-checkpoint value is in the undo log (None: no log)
         if folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"{name.replace('/', '.')}.f32"
             self.undo_path = path.with_suffix(".undo")
             size = num_clients * dim * 4
-            mode = "r+" if reuse and path.is_file() and path.stat().st_size == size else "w+"
-            self.array = np.memmap(path, dtype=np.float32, mode=mode, shape=(num_clients, dim))
+            with guard(path, "create"):
+                folder.mkdir(parents=True, exist_ok=True)
+                if not (reuse and path.is_file() and path.stat().st_size == size):
+                    with open_for_writing(path, "w", text=False) as f:
+                        if size:
+                            os.posix_fallocate(f.fileno(), 0, size)
+                self.array = np.memmap(path, dtype=np.float32, mode="r+", shape=(num_clients, dim))
 
     def __contains__(self, client: int) -> bool:
         return bool(self.seen[client])
@@ -66,7 +73,7 @@ class ClientTable:
             return
         entry = np.zeros(1, dtype=self._undo_dtype())
         entry["client"], entry["seen"], entry["row"] = client, self.seen[client], self.array[client]
-        with open(self.undo_path, "ab") as f:
+        with guard(self.undo_path, "append to"), open_for_writing(self.undo_path, "a", text=False) as f:
             f.write(entry.tobytes())
         self._logged.add(client)
 
@@ -131,16 +138,15 @@ class ClientTable:
         reference (``commit`` starts its undo log once the checkpoint is on disk)."""
         if self.array is None:
             return {k: v.cpu() for k, v in self.state().items()}
-        self.array.flush()
+        with guard(self.array.filename, "flush"):
+            self.array.flush()
         return {"memmap": str(self.array.filename), "seen": self.seen.copy(), "round": round}
 
     def commit(self, round: int) -> None:
         """The checkpoint of ``round`` is on disk: log, from now on, the rows changed since it."""
         if self.array is None:
             return
-        tmp = self.undo_path.with_suffix(".undo.tmp")
-        tmp.write_bytes(np.array([round], dtype="<i8").tobytes())
-        os.replace(tmp, self.undo_path)
+        write_bytes(self.undo_path, np.array([round], dtype="<i8").tobytes())
         self._logged = set()
 
     def restore(self, snap: dict) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 from fedbench.engine.callbacks.base import Callback
 from fedbench.logging import RunLogger
 from fedbench.logging.plots import categories, heatmap, probability_histogram
+from fedbench.storage import write_file
 
 
 class RoundLog(Callback):
@@ -85,11 +86,12 @@ class Pictures(Callback):
         png = heatmap(data.label_hist, run_dir / "partition.png", "label", "client",
                       f"{data.name} / {sim.cfg.partition.name}: samples per client and label", unit="samples")
         self.logger.log_image("partition/label_histogram", png)
-        np.save(run_dir / "label_hist.npy", data.label_hist)
+        write_file(run_dir / "label_hist.npy", lambda f: np.save(f, data.label_hist))
 
     def on_run_end(self, sim) -> None:
         part, cfg, run_dir = sim.participation, sim.cfg.participation, sim.run_dir
-        np.savez_compressed(run_dir / "participation.npz", **part.trace_arrays())
+        arrays = part.trace_arrays()
+        write_file(run_dir / "participation.npz", lambda f: np.savez_compressed(f, **arrays))
         png = categories(part.trace_image(), run_dir / "participation.png", "client", "round",
                          f"participation={cfg.name}: each client's state per round",
                          ["unavailable", "available", "selected", "completed"])
