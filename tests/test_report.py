@@ -1,6 +1,7 @@
 """fedbench-report on a synthetic multirun (written here, not by runs): grouping by config differences except the
 seed, tables recomputed from metrics.csv (checked against numpy here), failed / diverged runs flagged, files."""
 
+import html
 import json
 import math
 import shutil
@@ -90,10 +91,65 @@ def test_group_by_and_targets_options_and_errors(sweep, tmp_path, capsys):
     rows = _parse_md(tmp_path / "r" / "results.md")
     assert [r["group"] for r in rows] == ["participation=markov"] and "rounds to 0.6" in rows[0]
     assert rows[0]["seeds"] == "6/8"
-    with pytest.raises(SystemExit, match="--group-by algo.nme"):
-        main([str(sweep), "--group-by", "algo.nme"])
-    with pytest.raises(SystemExit, match="no runs"):
-        main([str(tmp_path / "r")])
+    capsys.readouterr()
+    for args, message in ((["--group-by", "algo.nme"], "--group-by algo.nme is not a key of any run's config (did you "
+                                                         "mean algo.name"),
+                          (["--tuned", "client.lrr"], "--tuned client.lrr"),
+                          (["--targets", "1.5"], "--targets 1.5: a target is a test accuracy"),
+                          (["--targets", "0"], "--targets 0:"), (["--targets", "nan"], "--targets nan:"),
+                          (["--out", "/proc/nope"], "cannot write the report in /proc/nope")):
+        assert main([str(sweep), *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("fedbench-report: error: ") and message in err and "Traceback" not in err, err
+    assert main([str(tmp_path / "r")]) == 2 and "no runs" in capsys.readouterr().err
+
+
+def _damage(root):
+    """One run of the sweep damaged in each way a file can be: (run, what the listing must say)."""
+    cases = {"0": (lambda d: (d / "summary.json").unlink(), "summary.json is missing"),
+             "1": (lambda d: (d / "summary.json").write_text('{"status": "compl'), "summary.json is not valid JSON"),
+             "2": (lambda d: (d / "metrics.csv").write_bytes(b"round,test_acc\n10,0.5\xff\xfe\n"),
+                   "metrics.csv is not UTF-8"),
+             "3": (lambda d: (d / "summary.json").write_text("[1, 2]"), "summary.json is not a JSON object"),
+             "4": (lambda d: (d / "metrics.csv").write_text("step,acc\n1,0.5\n"), "metrics.csv has no 'round' column"),
+             "5": (lambda d: (d / "config.yaml").unlink(), "config.yaml is missing"),
+             "6": (lambda d: (d / "config.yaml").write_text("seed: [unclosed\n"), "config.yaml is not valid YAML"),
+             "7": (lambda d: (d / "rounds.csv").write_text("round,available\n1,x\n2,3\n"),
+                   "rounds.csv line 2: available='x' is not a number"),
+             "8": (lambda d: (d / "config.yaml").write_bytes(b"\x89PNG\r\n\x1a\n"), "config.yaml is not UTF-8")}
+    for name, (damage, _) in cases.items():
+        damage(root / name)
+    return {name: why for name, (_, why) in cases.items()}
+
+
+def test_a_damaged_sweep_is_reported_listing_the_unreadable_runs(tmp_path, capsys):
+    root = tmp_path / "multirun"
+    for k in range(12):
+        _write_run(root / str(k), "fedavg" if k % 2 else "mifa", k // 2, [0.3, 0.5, 0.6, 0.65 + k / 100])
+    (root / "11" / "summary.json").write_text(json.dumps({"status": "completed", "rounds": 40}))
+    with open(root / "11" / "metrics.csv", "rb+") as f:  # truncated after round 30's row: the summary says 40
+        f.truncate(len(f.read().rsplit(b"\n", 2)[0]) + 1)
+    reasons = {**_damage(root), "11": "metrics.csv ends at round 30, but summary.json says the run completed 40"}
+    assert main([str(root)]) == 1
+    err = capsys.readouterr().err
+    page = (root / "report" / "index.html").read_text()
+    listed = json.loads((root / "report" / "report.json").read_text())["unreadable"]
+    assert len(listed) == len(reasons) and "Unreadable runs" in page and "Traceback" not in err
+    for name, why in reasons.items():
+        path = str((root / name).resolve())
+        assert any(u["path"] == path and why in u["reason"] for u in listed), (name, listed)
+        assert html.escape(why) in page and why in err
+    readable = {m for g in json.loads((root / "report" / "report.json").read_text())["groups"] for m in g["members"]}
+    assert readable == {str((root / n).resolve()) for n in ("9", "10")}
+    assert "Unreadable runs (left out)" in (root / "report" / "results.md").read_text()
+
+
+def test_a_torn_last_line_of_a_stopped_run_is_not_damage(tmp_path):
+    root = tmp_path / "multirun"
+    _write_run(root / "0", "fedavg", 0, [0.3, 0.5, 0.6], status="interrupted", reason="SIGTERM at round 30")
+    with open(root / "0" / "metrics.csv", "a") as f:
+        f.write("40,0.7")  # the row being written when the run stopped
+    assert main([str(root), "--out", str(tmp_path / "r")]) == 0
 
 
 @pytest.mark.slow

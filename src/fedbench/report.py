@@ -13,13 +13,19 @@ out of the means. Writes into ``<first dir>/report/`` (or ``--out``): ``curves_<
 test loss and training loss against rounds, gradient evaluations and floats communicated; mean line and a shaded
 band of ±1 std, distinct line styles and markers for black-and-white print), ``results.md``, ``results.tex``,
 ``participation.md`` with each group's seed-0 trace image, ``report.json`` and ``index.html``.
+
+A damaged run (a file missing, truncated, not UTF-8, or not what it claims: ``load_run``) is left out and listed
+under "Unreadable runs" with the reason, in every file and on stderr; the exit status is then 1 (0: every run read;
+2: no report: an option outside its domain, such as a target outside (0, 1] or a key no run has, or no readable run).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import difflib
 import html
+import io
 import json
 import math
 import re
@@ -28,13 +34,14 @@ import sys
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import yaml
 
 from fedbench import stats
 from fedbench.engine.metrics import COST_AXES, CURVES, DERIVED, label
+from fedbench.errors import FedbenchError
 from fedbench.tree import flatten
 
 #: config keys that never separate groups: the seed, and what only changes where or how a run is logged
@@ -80,23 +87,69 @@ class Group:
         return [r for r in self.runs if r.status == "completed" and len(r.metrics.get("round", ()))]
 
 
+class Unreadable(Exception):
+    """A run directory the report cannot use; the message says which file and why."""
+
+
+class ReportError(FedbenchError):
+    """A report option outside its domain, or nothing to report."""
+
+
+#: the statuses a fedbench run's summary.json can hold
+STATUSES = ("completed", "diverged", "failed", "interrupted", "running")
+
+
+def _read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise Unreadable(f"{path.name} cannot be read ({exc.strerror or exc})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Unreadable(f"{path.name} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") \
+            from None
+
+
 def _read_csv(path: Path) -> Dict[str, np.ndarray]:
+    """The numeric columns of a fedbench CSV (``round`` first, increasing); a torn last line (a run stopped while
+    writing it) is dropped. ``Unreadable`` for anything else: no header, no ``round`` column, a short or long row
+    before the last, a value that is not a number, rounds out of order."""
     if not path.is_file():
         return {}
-    with open(path, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if None not in r.values()]
-    if not rows:
-        return {}
-    out = {}
-    for key in rows[0]:
+    reader = csv.reader(io.StringIO(_read_text(path), newline=""))
+    lines = list(reader)
+    if not lines or not lines[0]:
+        raise Unreadable(f"{path.name} is empty (truncated?)")
+    header, rows = lines[0], lines[1:]
+    if "round" not in header:
+        raise Unreadable(f"{path.name} has no 'round' column: not a fedbench {path.name}")
+    if rows and len(rows[-1]) != len(header):
+        rows = rows[:-1]  # a torn last line
+    out: Dict[str, np.ndarray] = {}
+    for n, row in enumerate(rows, start=2):
+        if len(row) != len(header):
+            raise Unreadable(f"{path.name} line {n} has {len(row)} fields, its header {len(header)}")
+    for i, key in enumerate(header):
         try:
-            out[key] = np.array([float(r[key]) if r[key] != "" else math.nan for r in rows])
+            out[key] = np.array([float(r[i]) if r[i] != "" else math.nan for r in rows])
         except ValueError:
-            continue
+            n, bad = next((n, r[i]) for n, r in enumerate(rows, start=2) if not _is_number(r[i]))
+            raise Unreadable(f"{path.name} line {n}: {key}={bad[:40]!r} is not a number") from None
+    if len(rows) and not np.all(np.diff(out["round"]) > 0):
+        raise Unreadable(f"{path.name}: its rounds are not increasing (not a fedbench {path.name})")
     for name, (_, parts) in DERIVED.items():
         if all(p in out for p in parts):
             out[name] = sum(out[p] for p in parts)
-    return out
+    return out if rows else {}
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return text == ""
+    return True
 
 
 def _choices(path: Path) -> Dict[str, object]:
@@ -104,36 +157,88 @@ def _choices(path: Path) -> Dict[str, object]:
     try:
         hydra_cfg = yaml.safe_load((path / ".hydra" / "hydra.yaml").read_text()) or {}
         choices = hydra_cfg["hydra"]["runtime"]["choices"] or {}
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError):
         return {}
     return {f"choice.{g}": v for g, v in choices.items() if not str(g).startswith("hydra/")}
 
 
+def _config(path: Path) -> Dict[str, object]:
+    if not (path / "config.yaml").is_file():
+        raise Unreadable("config.yaml is missing")
+    try:
+        config = yaml.safe_load(_read_text(path / "config.yaml"))
+    except yaml.YAMLError as exc:
+        raise Unreadable(f"config.yaml is not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(config, dict) or not {"seed", "algo"} <= set(config):
+        raise Unreadable("config.yaml is not a fedbench run's config (no seed and algo keys)")
+    return flatten(config)
+
+
+def _summary(path: Path) -> Dict[str, object]:
+    if not (path / "summary.json").is_file():
+        return {}
+    try:
+        summary = json.loads(_read_text(path / "summary.json"))
+    except ValueError as exc:
+        raise Unreadable(f"summary.json is not valid JSON ({exc}; truncated?)") from None
+    if not isinstance(summary, dict):
+        raise Unreadable("summary.json is not a JSON object")
+    if summary.get("status", "completed") not in STATUSES:
+        raise Unreadable(f"summary.json has status {summary.get('status')!r}, not one of {', '.join(STATUSES)}")
+    return summary
+
+
 def load_run(path: Path) -> Run:
-    config = flatten(yaml.safe_load((path / "config.yaml").read_text()) or {})
+    """The run in ``path``; ``Unreadable`` when a file is missing, truncated, not UTF-8 or not what it claims to
+    be (a completed run's metrics must reach the rounds its summary counts)."""
+    config = _config(path)
     config.update(_choices(path))
-    summary = json.loads((path / "summary.json").read_text()) if (path / "summary.json").is_file() else {}
-    status, reason = summary.get("status"), summary.get("reason")
-    if (path / "error.log").is_file() and status in (None, "running"):
-        lines = [ln for ln in (path / "error.log").read_text().splitlines() if ln.strip()]
-        status, reason = "failed", (lines[-1] if lines else "error.log")
+    summary = _summary(path)
     metrics = _read_csv(path / "metrics.csv")
+    rounds = _read_csv(path / "rounds.csv")
+    status, reason = summary.get("status", "completed" if summary else None), summary.get("reason")
+    if status is None and metrics:
+        raise Unreadable("summary.json is missing, though metrics.csv has rows")
+    if (path / "error.log").is_file() and status in (None, "running"):
+        lines = [ln for ln in (path / "error.log").read_text(errors="replace").splitlines() if ln.strip()]
+        status, reason = "failed", (lines[-1] if lines else "error.log")
+    if status == "completed":
+        if not metrics:
+            raise Unreadable("summary.json says completed, but metrics.csv is missing or has no rows")
+        done = summary.get("rounds")
+        if isinstance(done, (int, float)) and done and int(metrics["round"][-1]) != int(done):
+            raise Unreadable(f"metrics.csv ends at round {int(metrics['round'][-1])}, but summary.json says the run "
+                             f"completed {int(done)} rounds (truncated?)")
     wall = summary.get("wall_time")
     if wall is None and len(metrics.get("wall_time", ())):
         wall = float(metrics["wall_time"][-1])
-    return Run(path, config, metrics, _read_csv(path / "rounds.csv"), status or "unknown", reason, wall)
+    return Run(path, config, metrics, rounds, status or "unknown", reason, wall)
 
 
-def find_runs(dirs: Sequence[Path]) -> List[Run]:
+#: the files that make a folder a run directory (any one of them)
+RUN_FILES = ("config.yaml", "summary.json", "metrics.csv")
+
+
+def scan(dirs: Sequence[Path]) -> Tuple[List[Run], List[Tuple[Path, str]]]:
+    """The runs under ``dirs`` (folders holding one of ``RUN_FILES``, outside ``.hydra`` and ``report``), and the
+    unreadable ones with their reasons."""
     found = set()
     for d in dirs:
-        for cfg in sorted(Path(d).rglob("config.yaml")):
-            run = cfg.parent
-            if ".hydra" in run.parts or "report" in run.relative_to(d).parts:
-                continue
-            if any((run / f).is_file() for f in ("metrics.csv", "summary.json", "error.log")):
-                found.add(run.resolve())
-    return [load_run(p) for p in sorted(found)]
+        for name in RUN_FILES:
+            for f in Path(d).rglob(name):
+                run = f.parent
+                if ".hydra" in run.parts or "report" in run.relative_to(d).parts:
+                    continue
+                if name != "config.yaml" or any((run / x).is_file() for x in ("metrics.csv", "summary.json",
+                                                                             "error.log")):
+                    found.add(run.resolve())
+    runs, unreadable = [], []
+    for p in sorted(found):
+        try:
+            runs.append(load_run(p))
+        except Unreadable as exc:
+            unreadable.append((p, str(exc)))
+    return runs, unreadable
 
 
 def _ignored(key: str) -> bool:
@@ -151,10 +256,6 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None, tuned: Seq
         keys = [k for k in keys if not _explained(k, keys, runs)]
         identity = all_keys
     else:
-        missing = [k for k in keys if all(k not in r.config for r in runs)]
-        if missing:
-            raise SystemExit(f"fedbench-report: error: --group-by {missing[0]} is not a key of any run's config "
-                             f"(keys look like algo.name, participation.name, client.lr).")
         identity = list(keys)
     groups: Dict[str, Group] = {}
     for run in sorted(runs, key=lambda r: (str(r.path))):
@@ -495,26 +596,60 @@ def _compared_html(pairs: List[dict], agg: List[dict]) -> str:
             f"{table}{profile}")
 
 
+def check_options(runs: List[Run], group_by: Optional[Sequence[str]], targets: Optional[Sequence[float]],
+                  tuned: Sequence[str]) -> None:
+    """``ReportError`` for a target outside (0, 1] or not finite, or a key that no run's config has."""
+    for t in targets or ():
+        if not (math.isfinite(t) and 0 < t <= 1):
+            raise ReportError(f"--targets {t:g}: a target is a test accuracy, a fraction in (0, 1]. Fix: pass "
+                              "values such as --targets 0.7 0.8.")
+    keys = sorted({k for r in runs for k in r.config})
+    for option, given in (("--group-by", group_by or ()), ("--tuned", tuned)):
+        for key in given:
+            if not any(key in r.config for r in runs):
+                close = difflib.get_close_matches(key, keys, n=3)
+                raise ReportError(f"{option} {key} is not a key of any run's config"
+                                  + (f" (did you mean {', '.join(close)}?)" if close else "")
+                                  + ". Fix: use dotted config keys such as algo.name, participation.name, "
+                                  "client.lr, or choice.<group> for the option Hydra chose.")
+
+
 def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[Sequence[str]] = None,
            targets: Optional[Sequence[float]] = None, tuned: Sequence[str] = (),
-           runs: Optional[List[Run]] = None) -> Path:
-    """Write the report of the runs under ``dirs`` (``runs``: already read from them); return its folder.
-    ``tuned``: keys chosen per group by ``fedbench-tune`` (shown in the labels, not separating groups)."""
+           runs: Optional[List[Run]] = None, unreadable: Sequence[Tuple[Path, str]] = ()) -> Path:
+    """Write the report of the runs under ``dirs`` (``runs`` and ``unreadable``: already ``scan``-ned from them);
+    return its folder. ``tuned``: keys chosen per group by ``fedbench-tune`` (shown in the labels, not separating
+    groups). Unreadable runs are listed in every file of the report; ``ReportError`` for bad options, no readable
+    run, or a report folder that cannot be written."""
     dirs = [Path(d) for d in dirs]
     for d in dirs:
         if not d.is_dir():
-            raise SystemExit(f"fedbench-report: error: {d} is not a directory.")
-    runs = find_runs(dirs) if runs is None else runs
+            raise ReportError(f"{d} is not a directory. Fix: pass a sweep's (or a run's) output directory.")
+    if runs is None:
+        runs, unreadable = scan(dirs)
     if not runs:
-        raise SystemExit(f"fedbench-report: error: no runs (folders with config.yaml and metrics.csv or "
-                         f"summary.json) under {', '.join(map(str, dirs))}.")
+        damaged = f" ({len(unreadable)} unreadable: {unreadable[0][0]}: {unreadable[0][1]})" if unreadable else ""
+        raise ReportError(f"no runs (folders with config.yaml and metrics.csv or summary.json) under "
+                          f"{', '.join(map(str, dirs))}{damaged}. Fix: pass a sweep's output directory.")
+    check_options(runs, group_by, targets, tuned)
     if targets is None:
-        targets = sorted({float(t) for r in runs for t in (r.config.get("targets") or [])})
+        targets = sorted({float(t) for r in runs for t in (r.config.get("targets") or [])
+                          if isinstance(t, (int, float)) and 0 < t <= 1})
     out = Path(out) if out else dirs[0] / "report"
+    try:
+        _write_report(dirs, out, runs, unreadable, group_by, targets, tuned)
+    except OSError as exc:
+        raise ReportError(f"cannot write the report in {out}: {exc.strerror or exc}. Fix: pass --out <a folder "
+                          "you can write to>.") from None
+    return out
+
+
+def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequence[Tuple[Path, str]],
+                  group_by: Optional[Sequence[str]], targets: Sequence[float], tuned: Sequence[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     groups = group_runs(runs, group_by, tuned)
     rows = [group_table(g, targets) for g in groups]
-    (out / "results.md").write_text(markdown(rows, targets))
+    (out / "results.md").write_text(markdown(rows, targets) + _unreadable_md(unreadable))
     (out / "results.tex").write_text(latex(rows, targets))
     plot_curves(groups, out)
     part = participation_rows(groups, out)
@@ -527,26 +662,53 @@ def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[
     (out / "report.json").write_text(json.dumps(
         {"targets": list(targets), "groups": [{**r, "members": [str(run.path) for run in g.runs]}
                                               for r, g in zip(rows, groups)],
-         "comparisons": pairs, "aggregate": [{k: v for k, v in a.items() if k != "scores"} for a in agg]},
+         "comparisons": pairs, "aggregate": [{k: v for k, v in a.items() if k != "scores"} for a in agg],
+         "unreadable": [{"path": str(p), "reason": why} for p, why in unreadable]},
         indent=2, default=lambda v: None if isinstance(v, float) and not math.isfinite(v) else str(v)))
-    compared = _compared_html(pairs, agg)
+    compared = _compared_html(pairs, agg) + _unreadable_html(unreadable)
     (out / "index.html").write_text(index_html(f"fedbench report: {', '.join(d.name for d in dirs)}",
                                                rows, part, targets, len(runs), compared))
-    return out
+
+
+def _unreadable_md(unreadable: Sequence[Tuple[Path, str]]) -> str:
+    if not unreadable:
+        return ""
+    return ("\n## Unreadable runs (left out)\n\n" + "".join(f"- `{p}`: {why}\n" for p, why in unreadable))
+
+
+def _unreadable_html(unreadable: Sequence[Tuple[Path, str]]) -> str:
+    if not unreadable:
+        return ""
+    table = _html_table(["run", "why it was left out"], [[html.escape(str(p)), html.escape(why)]
+                                                         for p, why in unreadable])
+    return f"<h2>Unreadable runs</h2><p>{len(unreadable)} run(s) left out of every table and curve.</p>{table}"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Exit status: 0, the report is written from every run found; 1, written, but some runs were unreadable
+    (listed in the report and on stderr); 2, no report (bad options, no readable run)."""
     parser = argparse.ArgumentParser(prog="fedbench-report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="multirun (or run) directories")
     parser.add_argument("--group-by", nargs="+", metavar="KEY", help="config keys that define a group")
-    parser.add_argument("--targets", nargs="+", type=float, help="test-accuracy targets (default: the runs')")
+    parser.add_argument("--targets", nargs="+", type=float, help="test-accuracy targets in (0, 1] (default: the runs')")
     parser.add_argument("--out", type=Path, help="report folder (default: <first dir>/report)")
     parser.add_argument("--tuned", nargs="+", default=(), metavar="KEY",
                         help="keys tuned per group (fedbench-tune): shown in the labels, not separating groups")
     args = parser.parse_args(argv)
-    out = report(args.dirs, args.out, args.group_by, args.targets, args.tuned)
+    try:
+        runs, unreadable = scan([d for d in args.dirs if d.is_dir()])
+        out = report(args.dirs, args.out, args.group_by, args.targets, args.tuned, runs=runs,
+                     unreadable=unreadable)
+    except FedbenchError as exc:
+        print(f"fedbench-report: error: {exc}", file=sys.stderr)
+        return 2
     print(f"fedbench-report: wrote {out}/index.html")
+    if unreadable:
+        print(f"fedbench-report: {len(unreadable)} unreadable run(s) left out (listed in the report):", file=sys.stderr)
+        for p, why in unreadable:
+            print(f"  {p}: {why}", file=sys.stderr)
+        return 1
     return 0
 
 

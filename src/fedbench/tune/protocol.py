@@ -255,10 +255,10 @@ class Tuning:
     def report(self) -> Optional[Path]:
         """``fedbench-report`` of the final runs: one group per method; the chosen values and every other setting
         that differs between methods (a preset's per-method weighting, say) in brackets."""
-        from fedbench.report import find_runs, report, varying_keys
+        from fedbench.report import report, scan, varying_keys
 
         final = self.root / "final"
-        runs = find_runs([final]) if final.is_dir() else []
+        runs, unreadable = scan([final]) if final.is_dir() else ([], [])
         if not runs:
             return None
         key = self.plan.key
@@ -267,7 +267,8 @@ class Tuning:
         option = key.replace("/", ".") + "."  # the method's own options: named by the method
         tuned = {d["key"] for dims in self.plan.spaces.values() for d in dims}
         shown = sorted(tuned | {k for k in varying_keys(runs) if k != method and not k.startswith(option)})
-        return report([final], out=self.root / "report", group_by=[method], tuned=shown, runs=runs)
+        return report([final], out=self.root / "report", group_by=[method], tuned=shown, runs=runs,
+                      unreadable=unreadable)
 
     def run(self) -> List[str]:
         chosen = self.select()
