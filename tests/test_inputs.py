@@ -9,6 +9,7 @@ import json
 import sys
 
 import numpy as np
+from omegaconf import OmegaConf
 import pytest
 
 from conftest import compose
@@ -20,6 +21,7 @@ from fedbench.data.partition import PARTITIONERS
 from fedbench.data.sources import DATASETS
 from fedbench.errors import ConfigError
 from fedbench.models import MODELS
+from fedbench.config.launchers import RULES, cores
 from fedbench.options import declared_rules
 from fedbench.participation import LAYERS
 
@@ -132,7 +134,46 @@ def generated_bad():
         (["dataset=synthetic", "model=resnet20"], "model"),  # a CNN on 60-dimensional vectors
         (["partition.num_clients=2000"], "partition"),  # more clients than samples
         (["algo=gradma", "algo.memory_size=2"], "algo.memory_size"),  # S = 5 updates a round, m = 2 entries
+        (["engine.workers=5", "participation.selection.clients_per_round=3"], "engine.workers"),  # idle workers
+        ([f"engine.workers={cores() + 1}", "participation.selection.clients_per_round=20"], "engine.workers"),
+        ([f"engine.num_threads={cores() + 1}"], "engine.num_threads"),
+        (["logger.project=team/project"], "logger.project"),
+        (["logger.entity=a b"], "logger.entity"),
+        ([f"logger.tags=[{'t' * 65}]"], "logger.tags[0]"),
+        (["hydra/launcher=joblib", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs"),
+        (["hydra/launcher=joblib", f"hydra.launcher.n_jobs={cores() + 1}"], "hydra.launcher.n_jobs"),
+        (["hydra/launcher=joblib", f"hydra.launcher.n_jobs=-{cores() + 1}"], "hydra.launcher.n_jobs"),
+        (["hydra/launcher=joblib", "hydra.launcher.verbose=-1"], "hydra.launcher.verbose"),
+        (["hydra/launcher=slurm", "hydra.launcher.signal_delay_s=100000"], "hydra.launcher.signal_delay_s"),
+        (["hydra/launcher=ray", "hydra.launcher.ray.remote.num_cpus=100000"], "hydra.launcher.ray.remote.num_cpus"),
+        (["hydra/launcher=ray", "hydra.launcher.ray.remote.num_gpus=100000"], "hydra.launcher.ray.remote.num_gpus"),
+        (["hydra/launcher=submitit_local", "hydra.launcher.gpus_per_node=100000"], "hydra.launcher.gpus_per_node"),
     ]
+    return cases + launcher_bad()
+
+
+def launcher_bad():
+    """A value outside every rule of ``fedbench.config.launchers.RULES``, for each launcher's options."""
+    from fedbench.cli import _compose
+
+    option = {"JoblibLauncher": "joblib", "RayLauncher": "ray", "SlurmLauncher": "slurm",
+              "LocalLauncher": "submitit_local"}
+    cases = []
+    for kind, rules in RULES.items():
+        ctx = [f"hydra/launcher={option[kind]}"]
+        node = _compose([*SMOKE, *ctx], hydra_node=True).hydra.launcher
+        for key, rule in rules.items():
+            if OmegaConf.select(node, key, default="absent") == "absent":
+                continue  # not in this preset (the plugin's key exists, fedbench's yaml leaves it out)
+            full = f"hydra.launcher.{key}"
+            if rule.choices:
+                cases.append(([*ctx, f"{full}=nosuch"], full))
+            elif rule.pattern is not None:
+                cases.append(([*ctx, f"{full}=sharedmem-or-__import__"], full))
+            if rule.low is not None:
+                cases.append(([*ctx, f"{full}={rule.low - 1 if rule.ge is not None else rule.low}"], full))
+            if rule.high is not None:
+                cases.append(([*ctx, f"{full}={rule.high + 1 if rule.le is not None else rule.high}"], full))
     return cases
 
 

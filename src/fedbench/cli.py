@@ -180,12 +180,16 @@ def _unwritable(path: str) -> Optional[str]:
 
 def _check_variant(variant: List[str], multirun: bool) -> Optional[str]:
     from fedbench.config.checks import validate
+    from fedbench.config.launchers import check_engine_here, check_launcher, runs_here
 
     try:
         cfg = _compose([o[2:] if o.startswith("++") else o for o in variant], hydra_node=True)
         job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
         OmegaConf.to_container(job, resolve=True)  # bad interpolations fail here, not in a job
         validate(job)
+        check_launcher(cfg.hydra)
+        if runs_here(cfg.hydra):
+            check_engine_here(job)
         out = ("hydra.sweep.dir", cfg.hydra.sweep.dir) if multirun else ("hydra.run.dir", cfg.hydra.run.dir)
     except FedbenchError as exc:
         return str(exc)

@@ -12,7 +12,7 @@ import dataclasses
 import math
 import re
 from dataclasses import MISSING, dataclass, field
-from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -36,6 +36,7 @@ class Rule:
     choices: Tuple[str, ...] = ()
     pattern: Optional[str] = None
     describe: str = ""
+    why: str = ""  # the reason for the bounds, said in the error
 
     @property
     def low(self) -> Optional[float]:
@@ -54,6 +55,8 @@ class Rule:
             return f">= {lo}" if self.ge is not None else f"> {lo}"
         if lo is None:
             return f"<= {hi}" if self.le is not None else f"< {hi}"
+        if lo == hi and self.ge is not None and self.le is not None:
+            return f"equal to {lo}"
         return f"in {'[' if self.ge is not None else '('}{lo}, {hi}{']' if self.le is not None else ')'}"
 
     def contains(self, value: float) -> bool:
@@ -61,14 +64,18 @@ class Rule:
                 and (self.le is None or value <= self.le) and (self.lt is None or value < self.lt))
 
     def check(self, key: str, value: Any) -> None:
-        """Raise ``ConfigError`` naming ``key`` unless ``value`` is allowed."""
+        """Raise ``ConfigError`` naming ``key`` unless ``value`` is allowed (None, which only an Optional field
+        can hold, always is)."""
+        why = f" ({self.why})" if self.why else ""
+        if value is None:
+            return
         if self.choices:
             if value not in self.choices:
-                raise ConfigError(key, f"'{value}' is not an option.", f"use one of {', '.join(self.choices)}.")
+                raise ConfigError(key, f"'{value}' is not an option{why}.", f"use one of {', '.join(self.choices)}.")
             return
         if self.pattern is not None:
             if not re.fullmatch(self.pattern, str(value)):
-                raise ConfigError(key, f"'{value}' is not {self.describe}.", f"use {self.describe}.")
+                raise ConfigError(key, f"'{value}' is not {self.describe}{why}.", f"use {self.describe}.")
             return
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return
@@ -78,7 +85,7 @@ class Rule:
             if value < 0 and not self.signed:
                 raise ConfigError(key, f"{value} is negative.", "use a value >= 0.")
         elif not self.contains(value):
-            raise ConfigError(key, f"{value} is out of range.", f"use a value {self.interval()}.")
+            raise ConfigError(key, f"{value} is out of range{why}.", f"use a value {self.interval()}.")
 
 
 DEFAULT_RULE = Rule()  # an undeclared number: finite and >= 0
@@ -101,11 +108,11 @@ LR_GRID = Search((1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001), log=True)
 
 def option(default: Any = MISSING, *, factory: Optional[Callable[[], Any]] = None, ge: Optional[float] = None,
            gt: Optional[float] = None, le: Optional[float] = None, lt: Optional[float] = None, signed: bool = False,
-           choices: Sequence[str] = (), pattern: Optional[str] = None, describe: str = "",
+           choices: Sequence[str] = (), pattern: Optional[str] = None, describe: str = "", why: str = "",
            tune: Optional[Search] = None) -> Any:
     """A dataclass field with its default (or ``factory``), its allowed values (see ``Rule``) and, with ``tune``,
     the search space ``fedbench-tune`` gives it by default."""
-    metadata = {META: Rule(ge, gt, le, lt, signed, tuple(choices), pattern, describe)}
+    metadata = {META: Rule(ge, gt, le, lt, signed, tuple(choices), pattern, describe, why)}
     if tune is not None:
         metadata[TUNE] = tune
     if factory is not None:
@@ -131,23 +138,24 @@ def declared_rules(cls: type) -> Iterator[Tuple[str, Rule]]:
             yield f.name, f.metadata[META]
 
 
-def check_values(node: DictConfig, prefix: str = "") -> None:
+def check_values(node: DictConfig, prefix: str = "", rules: Optional[Mapping[str, Rule]] = None) -> None:
     """Raise ``ConfigError`` naming the first value its field's rule refuses (lists element by element; keys of
-    untyped nodes, such as ``algo_settings``, by the default rule: finite and >= 0)."""
+    untyped nodes, such as ``algo_settings``, by the default rule: finite and >= 0). ``rules``: rules by dotted
+    key for nodes whose dataclasses are not fedbench's (the launchers'), taking precedence."""
     cls = OmegaConf.get_type(node)
     fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
     for key in node:
         if OmegaConf.is_missing(node, key):
             continue
         path = f"{prefix}.{key}" if prefix else str(key)
-        rule = rule_of(fields[key]) if key in fields else DEFAULT_RULE
+        rule = (rules or {}).get(path) or (rule_of(fields[key]) if key in fields else DEFAULT_RULE)
         value = node[key]
         if isinstance(value, DictConfig):
-            check_values(value, path)
+            check_values(value, path, rules)
         elif isinstance(value, ListConfig):
             for i, item in enumerate(value):
                 if isinstance(item, DictConfig):
-                    check_values(item, f"{path}[{i}]")
+                    check_values(item, f"{path}[{i}]", rules)
                 elif not isinstance(item, ListConfig):
                     rule.check(f"{path}[{i}]", item)
         else:

@@ -5,7 +5,7 @@ component when the run is built."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from fedbench.errors import require
 from fedbench.options import check_values
@@ -20,3 +20,9 @@ def validate(cfg: DictConfig) -> None:
     require(not cfg.loss_targets or cfg.engine.eval_train, "loss_targets",
             "training-loss targets are read from the global model's loss on the training set.",
             "set engine.eval_train=true.")
+    per_round = OmegaConf.select(cfg, "participation.selection.clients_per_round") or \
+        OmegaConf.select(cfg, "partition.num_clients")
+    workers = cfg.engine.workers
+    require(workers <= 1 or not per_round or workers <= per_round, "engine.workers",
+            f"{workers} worker processes share a round's {per_round} clients, so {workers - per_round} would sit "
+            "idle (each costs a process and a copy of the data).", f"use at most {per_round}.")

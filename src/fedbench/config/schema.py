@@ -75,9 +75,10 @@ class LoggerConfig:
     name: str = MISSING
     wandb: bool = False
     mode: WandbMode = WandbMode.offline
-    project: str = "fedbench"
-    entity: Optional[str] = None
-    tags: List[str] = field(default_factory=list)
+    project: str = option("fedbench", pattern=r"[^/\\#?%:]{1,128}", describe="a W&B project name (1-128 characters, "
+                          "none of / \\ # ? % :)")
+    entity: Optional[str] = option(None, pattern=r"[\w.-]{1,128}", describe="a W&B entity (user or team) name")
+    tags: List[str] = option(factory=list, pattern=r".{1,64}", describe="a W&B tag (1-64 characters)")
     console: bool = True  # one progress line per evaluation
 
 

@@ -21,6 +21,7 @@ from fedbench.config.checks import validate
 from fedbench.training.client_state import ClientStateStore
 from fedbench.training.cohort import CohortTrainer, unsupported
 from fedbench.engine.stack import EVAL_BATCH, auto_threads, clients_per_round, local_stack, resolve_device
+from fedbench.config.launchers import check_engine_here
 from fedbench.engine.workers import WorkerPool
 from fedbench.training.evaluation import evaluate
 from fedbench.training.schedule import lr_at
@@ -49,6 +50,7 @@ class Simulation:
 
     def __init__(self, cfg: DictConfig, run_dir: Path, root: Path, resume: bool = False):
         validate(cfg)
+        check_engine_here(cfg)  # the cores this job has where it runs (a cluster node's, say)
         require(not Path(root).exists() or Path(root).is_dir(), "data.root", f"{root} is a file.",
                 "give a folder (datasets are looked for, downloaded and cached there).")
         self.cfg = cfg
