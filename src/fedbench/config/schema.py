@@ -75,8 +75,8 @@ class LoggerConfig:
     name: str = MISSING
     wandb: bool = False
     mode: WandbMode = WandbMode.offline
-    project: str = option("fedbench", pattern=r"[^/\\#?%:]{1,128}", describe="a W&B project name (1-128 characters, "
-                          "none of / \\ # ? % :)")
+    project: str = option("fedbench", pattern=r"[^/\\\x23?%:]{1,128}",
+                          describe="a W&B project name (1-128 characters, none of / \\ \x23 ? % :)")
     entity: Optional[str] = option(None, pattern=r"[\w.-]{1,128}", describe="a W&B entity (user or team) name")
     tags: List[str] = option(factory=list, pattern=r".{1,64}", describe="a W&B tag (1-64 characters)")
     console: bool = True  # one progress line per evaluation
