@@ -283,6 +283,16 @@ def test_bad_tune_commands_stop_before_any_job_with_a_clear_error(tmp_path, args
     assert not (tmp_path / "t" / "trials").exists()
 
 
+def test_a_tuning_directory_has_one_fedbench_tune_at_a_time(tmp_path):
+    from fedbench.lock import RunLock
+
+    with RunLock(tmp_path / "t"):
+        proc = tune(["experiment=smoke", "--algos", "fedavg", "--dir", str(tmp_path / "t")], tmp_path)
+    assert proc.returncode == 2 and f"pid {os.getpid()}" in proc.stderr and "Traceback" not in proc.stderr, \
+        proc.stderr
+    assert not (tmp_path / "t" / "tune.json").exists()
+
+
 @pytest.mark.slow
 def test_fedbench_tune_through_the_joblib_launcher(tmp_path):
     out = tmp_path / "tune"

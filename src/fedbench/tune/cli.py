@@ -17,9 +17,10 @@ import argparse
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from fedbench.errors import FedbenchError
+from fedbench.lock import LOCK_NAME, RunLock
 from fedbench.tune.protocol import Plan, check_seeds
 from fedbench.tune.select import RULES, Rule
 
@@ -173,10 +174,24 @@ def make_plan(args: argparse.Namespace, key: str, values: List[str], task: List[
                 spaces=spaces)
 
 
-def _directory(args: argparse.Namespace, plan: Plan) -> Path:
+def _directory(args: argparse.Namespace, plan: Plan) -> Tuple[Path, RunLock]:
+    """The tuning directory, new or continued, and its lock (one fedbench-tune process per directory)."""
     root = (args.dir or Path("outputs") / "tune" / datetime.now().strftime("%Y-%m-%d") /
             datetime.now().strftime("%H-%M-%S")).resolve()
     path = root / "tune.json"
+    if not path.is_file() and root.exists() and any(p.name != LOCK_NAME for p in root.iterdir()):
+        raise FedbenchError(f"{root} is not empty and holds no tune.json. Fix: pass --dir a new folder or a "
+                            "tuning directory.")
+    lock = RunLock(root).acquire()
+    try:
+        _plan_directory(root, path, plan)
+    except BaseException:
+        lock.release()
+        raise
+    return root, lock
+
+
+def _plan_directory(root: Path, path: Path, plan: Plan) -> None:
     if path.is_file():
         old = Plan.load(path)
         diff = [d for d in old.differences(plan) if not d.startswith("seeds:")]
@@ -189,14 +204,9 @@ def _directory(args: argparse.Namespace, plan: Plan) -> Path:
         print(f"fedbench-tune: continuing {root} (finished jobs are skipped"
               + (f"; final seeds now {','.join(map(str, plan.seeds))}" if old.seeds != plan.seeds else "") + ")",
               flush=True)
-    elif root.exists() and any(root.iterdir()):
-        raise FedbenchError(f"{root} is not empty and holds no tune.json. Fix: pass --dir a new folder or a "
-                            "tuning directory.")
     else:
-        root.mkdir(parents=True, exist_ok=True)
         plan.save(path)
         print(f"fedbench-tune: tuning in {root} (rerun with --dir {root} to continue it)", flush=True)
-    return root
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -210,14 +220,17 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         task, hydra_args = _split(args.overrides, key)
         hydra_args += cli._user_config_dirs([a for d in args.config_dir for a in ("--config-dir", d)])
         plan = make_plan(args, key, values, task, hydra_args)
-        root = _directory(args, plan)
+        root, lock = _directory(args, plan)
     except FedbenchError as exc:
         cli.fail(str(exc))
     config_dirs = [a for d in args.config_dir for a in ("--config-dir", str(Path(d).resolve()))]
     sys.argv = ["fedbench-tune", "-m", *task, *[h for h in hydra_args if not h.startswith("hydra.searchpath")],
                 *config_dirs, "hydra/sweeper=tune", f"hydra.sweeper.plan={root / 'tune.json'}",
                 f"hydra.sweep.dir={root}"]
-    cli.main()
+    try:
+        cli.main()
+    finally:
+        lock.release()
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from fedbench.errors import FedbenchError
 from fedbench.rng import derive_seed
 from fedbench.checkpoint import Checkpointer
 from fedbench.runs import read_status, read_summary
+from fedbench.storage import write_text
 from fedbench.tune.select import Rule, choose, mean_score, run_score
 from fedbench.tune.space import Dimension, grid_points, grid_size
 
@@ -55,7 +56,7 @@ class Plan:
     spaces: Dict[str, List[dict]] = field(default_factory=dict)
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        write_text(path, json.dumps(asdict(self), indent=2) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> "Plan":
@@ -141,8 +142,7 @@ class Tuning:
 
     def _store(self, method: str, params: List[Dict[str, Any]]) -> None:
         path = self.root / "trials" / method / "trials.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(params, indent=2) + "\n")
+        write_text(path, json.dumps(params, indent=2) + "\n")
 
     def _score(self, method: str, index: int, params: Dict[str, Any]) -> dict:
         runs, scores = {}, []
@@ -226,7 +226,7 @@ class Tuning:
                      "note": "selection reads only the validation columns (round, val_acc, val_loss) of the "
                              "tuning runs' metrics.csv; the test set is never used",
                      "methods": record}
-        (self.root / "selection.json").write_text(json.dumps(selection, indent=2) + "\n")
+        write_text(self.root / "selection.json", json.dumps(selection, indent=2) + "\n")
         self._print_selection(record)
         return chosen
 

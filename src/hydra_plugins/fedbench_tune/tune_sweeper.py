@@ -6,6 +6,7 @@ each with its own ``hydra.sweep.subdir`` under the tuning directory (``hydra.swe
 """
 
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List
@@ -46,6 +47,7 @@ class TuneSweeper(Sweeper):
     def sweep(self, arguments: List[str]) -> Any:
         from fedbench.cli import SWEEP_FAILED
         from fedbench.errors import FedbenchError
+        from fedbench.storage import StorageFault
         from fedbench.tune.protocol import Plan, Tuning
 
         if not self.plan:
@@ -54,5 +56,11 @@ class TuneSweeper(Sweeper):
         root = Path(self.config.hydra.sweep.dir)
         root.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, root / "multirun.yaml")
-        SWEEP_FAILED[:] = Tuning(Plan.load(Path(self.plan)), root, self._launch).run()
+        try:
+            SWEEP_FAILED[:] = Tuning(Plan.load(Path(self.plan)), root, self._launch).run()
+        except (FedbenchError, StorageFault) as exc:  # one paragraph, never a traceback
+            print(f"fedbench-tune: error: {exc}" + (f". Fix: {exc.fix}; then rerun with --dir {root} to continue."
+                                                    if isinstance(exc, StorageFault) else ""),
+                  file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
         return None
