@@ -55,6 +55,14 @@ def test_a_second_owner_is_refused_with_the_owners_pid_and_host(tmp_path):
     RunLock(tmp_path / "run").acquire().release()
 
 
+def test_a_requeued_job_waits_for_its_previous_attempt(tmp_path):
+    held = RunLock(tmp_path / "run").acquire()
+    threading.Timer(1.5, held.release).start()  # the previous attempt finishes its checkpoint and exits
+    with pytest.raises(RunLocked):
+        RunLock(tmp_path / "run").acquire()
+    RunLock(tmp_path / "run").acquire(wait_s=10).release()
+
+
 def test_a_killed_owner_leaves_no_stale_lock(tmp_path):
     code = (f"import sys, time; sys.path.insert(0, {str(ROOT / 'src')!r}); from fedbench.lock import RunLock; "
             f"RunLock({str(tmp_path / 'run')!r}).acquire(); print('held', flush=True); time.sleep(60)")

@@ -142,7 +142,18 @@ class RunLock:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
-    def acquire(self) -> "RunLock":
+    def acquire(self, wait_s: float = 0.0) -> "RunLock":
+        """Take the lock, trying again for up to ``wait_s`` seconds while another process holds it."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return self._acquire()
+            except RunLocked:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(min(1.0, max(deadline - time.monotonic(), 0.0)))
+
+    def _acquire(self) -> "RunLock":
         with guard(self.path, "create the lock file"):
             self.run_dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -148,6 +148,8 @@ def _resume_flag(cfg: DictConfig) -> str:
     return "true" if flag in ("true", "yes", "1") else str(cfg.resume)
 
 
+REQUEUE_WAIT_S = 60.0
+
 #: A directory holding one of these is a run's (``resume=<dir>`` locks and writes nowhere else).
 RUN_FILES = ("config.yaml", "summary.json", "checkpoints", ".hydra")
 
@@ -167,7 +169,8 @@ def claim(cfg: DictConfig, fresh_dir: Path, outputs: Path, requeued: bool = Fals
     the run in between."""
     flag = _resume_flag(cfg)
     if flag != "true":
-        lock = RunLock(fresh_dir if flag == "fresh" else _resume_target(flag)).acquire()
+        # a requeued job waits a minute for its previous attempt, which may still be writing its checkpoint
+        lock = RunLock(fresh_dir if flag == "fresh" else _resume_target(flag)).acquire(REQUEUE_WAIT_S * requeued)
         try:
             return plan(cfg, fresh_dir, outputs, requeued), lock
         except BaseException:
