@@ -417,7 +417,8 @@ class SweepTable(Callback):
             status, reason = run_state(job)
             held = owner(job)
             if status is None:
-                status, reason = "failed", "no readable summary.json (the job died before writing one)"
+                status, reason = "failed", ("summary.json is damaged (not a JSON object)" if (job / "summary.json")
+                                            .exists() else "no summary.json (the job died before writing one)")
             if held:  # skipped by this sweep (resume=true): another process runs it
                 status, reason = "running", f"in another process ({describe(held)})"
             reason = reason or ""
