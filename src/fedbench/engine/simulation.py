@@ -90,6 +90,9 @@ class Simulation:
         if kind == "auto" and why is None and any(isinstance(m, torch.nn.Conv2d) for m in model.modules()):
             why = "a convolutional model is compute-bound: batching its clients does not pay on a CPU (README)"
         self.runner_kind = "vmap" if why is None else ("thin" if kind == "auto" else kind)
+        self.runner_reason = (f"engine.client_runner={kind}" if kind != "auto" else
+                              "auto: nothing in this configuration keeps its clients from batching" if why is None
+                              else f"auto: {why}")  # the start-up line and summary.json say why
         if kind == "vmap":
             require(why is None, "engine.client_runner", f"vmap cannot run this configuration: {why}.",
                     "use engine.client_runner=thin.")
@@ -126,6 +129,7 @@ class Simulation:
         self.cohort = WorkerPool(cfg, root, self.device, k)
         self._finalizer = weakref.finalize(self, self.cohort.close)
         self.runner_kind = f"thin x {k} workers"  # the main process keeps its threads for evaluation
+        self.runner_reason = f"engine.workers={k}"
 
     def _batch_unsupported(self):
         """Why the algorithm's local runs cannot be batched (its declared ``batchable``), or None."""
@@ -389,6 +393,7 @@ class Simulation:
             "device": str(self.device),
             "precision": self.cfg.engine.precision,
             "client_runner": self.runner_kind,
+            "client_runner_reason": self.runner_reason,
             "num_threads": self.num_threads,
             "memory_format": self.module.numerics.memory_format,
             "num_clients": self.data.num_clients,

@@ -56,7 +56,7 @@ class Progress(Callback):
     def on_run_start(self, sim) -> None:
         cfg = sim.cfg
         self.logger.print(f"[{cfg.algo.name}] {sim.data.name}: {sim.data.num_clients} clients, {sim.dim:,} parameters, "
-                          f"{cfg.rounds} rounds, device {sim.device}, {sim.runner_kind} runner"
+                          f"{cfg.rounds} rounds, device {sim.device}, {sim.runner_kind} runner ({sim.runner_reason})"
                           + (f" (resumed at round {sim.next_round})" if sim.resumed else ""))
 
     def on_evaluate(self, sim, record) -> None:
