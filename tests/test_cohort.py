@@ -82,6 +82,8 @@ def test_auto_picks_vmap_where_it_can_with_the_picked_runners_numbers(tmp_path, 
     auto = trained_sim(compose(*TINY, f"algo={algo}", "engine.client_runner=auto"), tmp_path / "auto")
     same = trained_sim(compose(*TINY, f"algo={algo}", f"engine.client_runner={picked}"), tmp_path / "same")
     assert auto.runner_kind == picked and torch.equal(auto.x, same.x)
+    assert auto.runner_reason.startswith("auto: ") and same.runner_reason == f"engine.client_runner={picked}"
+    assert auto.summary()["client_runner_reason"] == auto.runner_reason
 
 
 def test_auto_keeps_convolutional_models_on_the_thin_runner(tmp_path):
@@ -91,7 +93,8 @@ def test_auto_keeps_convolutional_models_on_the_thin_runner(tmp_path):
     cfg = compose("dataset=fmnist", "dataset.system_dirs=[]", "model=cnn_fmnist", "partition=iid",
                   "partition.num_clients=10", "participation.selection.clients_per_round=2",
                   "engine.client_runner=auto", "rounds=1")
-    assert make_sim(cfg, tmp_path, tmp_path / "data").runner_kind == "thin"
+    sim = make_sim(cfg, tmp_path, tmp_path / "data")
+    assert sim.runner_kind == "thin" and "convolutional" in sim.runner_reason
 
 
 @pytest.mark.parametrize("layer, why", [(torch.nn.Dropout(0.5), "torch.nn.Dropout"),
