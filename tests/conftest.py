@@ -1,6 +1,8 @@
 """Shared fixtures and helpers of the test suite (no test module imports another)."""
 
+import contextlib
 import csv
+import io
 import json
 import sys
 from pathlib import Path
@@ -23,6 +25,24 @@ from fedbench.logging import RunLogger  # noqa: E402
 from fedbench.logging.run_logger import plain_config  # noqa: E402
 
 register_configs()
+
+
+def call(args, tmp_path: Path, name: str = "job"):
+    """Run ``run.py args`` in-process (in ``tmp_path / name`` unless ``args`` set ``hydra.run.dir``); return (exit
+    code, stdout + stderr, the job directory)."""
+    from fedbench import cli
+
+    job = tmp_path / name
+    own = [] if any(a.startswith("hydra.run.dir=") for a in args) else [f"hydra.run.dir={job}"]
+    sys.argv = ["run.py", *args, *own, f"data.root={tmp_path / 'data'}"]
+    out = io.StringIO()
+    code = 0
+    with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
+        try:
+            cli.main()
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue(), job
 
 
 def option(registry, name: str, **values):

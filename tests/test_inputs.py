@@ -2,19 +2,15 @@
 names the key, exit status non-zero, no traceback and no output directory that looks like a successful run; a list
 of valid-but-unusual overrides runs. The CLI is driven in-process (``fedbench.cli.main``), as run.py does."""
 
-import contextlib
 import dataclasses
-import io
 import json
-import sys
 
 import numpy as np
 from omegaconf import OmegaConf
 import pytest
 
-from conftest import compose
+from conftest import call, compose
 
-from fedbench import cli
 from fedbench.algorithms import ALGORITHMS
 from fedbench.config import schema
 from fedbench.data.partition import PARTITIONERS
@@ -26,21 +22,6 @@ from fedbench.options import declared_rules
 from fedbench.participation import LAYERS
 
 SMOKE = ["experiment=smoke", "logger=none", "rounds=2", "eval_every=1"]
-
-
-def call(args, tmp_path, name="job"):
-    """Run ``run.py args`` in-process; return (exit code, stdout + stderr, the job directory)."""
-    job = tmp_path / name
-    own = [] if any(a.startswith("hydra.run.dir=") for a in args) else [f"hydra.run.dir={job}"]
-    sys.argv = ["run.py", *args, *own, f"data.root={tmp_path / 'data'}"]
-    out = io.StringIO()
-    code = 0
-    with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
-        try:
-            cli.main()
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue(), job
 
 
 def declared():

@@ -1,9 +1,7 @@
 """A run directory survives its neighbours and its disk: one owner at a time (``fedbench.lock``), and storage faults
 at every write site end in a readable state (``fedbench.storage``) from which a resume continues exactly."""
 
-import contextlib
 import errno
-import io
 import json
 import os
 import shutil
@@ -15,26 +13,13 @@ import time
 
 import pytest
 
-from conftest import BASE, R, ROOT, compose, csv_rows, run_resumable
+from conftest import BASE, R, ROOT, call, compose, csv_rows, run_resumable
 
-from fedbench import cli, lock, storage
+from fedbench import lock, storage
 from fedbench.lock import RunLock, RunLocked, owner
 from fedbench.runs import STOPPED, run_state
 
 CLI = [*BASE, "checkpoint_every=2"]
-
-
-def call(args, tmp_path):
-    """``run.py args`` in-process: (exit code, stdout + stderr)."""
-    sys.argv = ["run.py", *args, f"data.root={tmp_path / 'data'}"]
-    out = io.StringIO()
-    code = 0
-    with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
-        try:
-            cli.main()
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue()
 
 
 def _spawn(args, cwd):
@@ -149,7 +134,7 @@ def test_resume_true_over_a_sweep_skips_a_job_another_process_owns(tmp_path):
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
     (jobs[0] / "summary.json").write_text(json.dumps({"status": "interrupted"}))
     with RunLock(jobs[0]):
-        code, out = call([*args, "resume=true"], tmp_path)
+        code, out, _ = call([*args, "resume=true"], tmp_path)
     assert code in (0, None), out
     assert f"skipping job {jobs[0].name}" in out and "another process" in out
     table = out[out.index("fedbench: sweep"):]
@@ -240,7 +225,7 @@ SITES = [("config.yaml", 1, 1), ("label_hist.npy", 1, 1), ("partition.png", 1, 1
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("full")
-    code, out = call([*CLI, f"hydra.run.dir={tmp / 'run'}"], tmp)
+    code, out, _ = call([*CLI, f"hydra.run.dir={tmp / 'run'}"], tmp)
     assert code in (0, None), out
     return tmp / "run"
 
@@ -263,7 +248,7 @@ def test_a_fault_at_any_write_ends_failed_and_resumes_exactly(tmp_path, monkeypa
     run_dir = tmp_path / "run"
     faults = Faults(site, nth, write, err)
     monkeypatch.setattr(storage, "open", faults, raising=False)
-    code, out = call([*CLI, f"hydra.run.dir={run_dir}"], tmp_path)
+    code, out, _ = call([*CLI, f"hydra.run.dir={run_dir}"], tmp_path)
     assert code == 1 and faults.faults, out
     assert "Traceback" not in out, out
     errors = [line for line in out.splitlines() if line.startswith("fedbench: error:")]
@@ -275,7 +260,7 @@ def test_a_fault_at_any_write_ends_failed_and_resumes_exactly(tmp_path, monkeypa
         json.loads(faults.summary_at_fault)  # the summary on disk when the fault hit was whole
     assert not [p for p in run_dir.rglob("*") if p.name.endswith(".tmp") or p.name == ".reserve"]
     monkeypatch.setattr(storage, "open", open, raising=False)  # space is back
-    code, out = call([*CLI, f"hydra.run.dir={tmp_path / 'unused'}", f"resume={run_dir}"], tmp_path)
+    code, out, _ = call([*CLI, f"hydra.run.dir={tmp_path / 'unused'}", f"resume={run_dir}"], tmp_path)
     assert code in (0, None), out
     assert csv_rows(run_dir / "metrics.csv") == csv_rows(uninterrupted / "metrics.csv")
     assert csv_rows(run_dir / "rounds.csv") == csv_rows(uninterrupted / "rounds.csv")
@@ -287,7 +272,7 @@ def test_when_the_summary_cannot_be_rewritten_the_last_good_one_stays(tmp_path, 
     run_dir = tmp_path / "run"
     faults = Faults("summary.json", 2, always=True)
     monkeypatch.setattr(storage, "open", faults, raising=False)
-    code, out = call([*CLI, f"hydra.run.dir={run_dir}"], tmp_path)
+    code, out, _ = call([*CLI, f"hydra.run.dir={run_dir}"], tmp_path)
     assert code == 1 and "Traceback" not in out and "its last good version is kept" in out, out
     assert (run_dir / "summary.json").read_text() == faults.summary_at_fault  # round 2's, intact
     assert run_state(run_dir) == ("failed", STOPPED)  # it says running, but nobody runs it
@@ -297,7 +282,7 @@ def test_when_the_summary_cannot_be_rewritten_the_last_good_one_stays(tmp_path, 
 def test_a_read_only_run_directory_is_one_paragraph(tmp_path, monkeypatch):
     faults = Faults("metrics.csv", 1, 1, errno.EROFS)
     monkeypatch.setattr(storage, "open", faults, raising=False)
-    code, out = call([*CLI, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    code, out, _ = call([*CLI, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     assert code == 1 and "Traceback" not in out and "Read-only file system (EROFS)" in out and "remount" in out, out
 
 

@@ -237,28 +237,30 @@ def fail(message: str) -> None:
 
 
 def _record_failure(run_dir: Path, cfg: DictConfig, reason: str, summary: Optional[dict],
-                    trace: Optional[str] = None) -> List[str]:
+                    trace: Optional[str] = None) -> str:
     """Leave a failed job's state where it can be written: ``summary.json`` (status failed, the reason, the
     progress in ``summary``) and, given ``trace``, ``error.log``. Without a ``summary`` of this job's own progress,
-    an existing ``summary.json`` (another run's results) is left alone. Returns what could not be written (a
-    failed rewrite of ``summary.json`` leaves its last good version)."""
+    an existing ``summary.json`` (another run's results) is left alone. Returns the sentences that end the job's
+    error message: where the traceback is, and what could not be written (a failed rewrite of ``summary.json``
+    leaves its last good version)."""
     from fedbench.logging.run_logger import write_json
     from fedbench.storage import StorageFault, write_text
 
-    notes = []
+    notes: List[str] = []
     if summary is not None or not (run_dir / "summary.json").exists():
         record = summary or {"algorithm": cfg.algo.name, "seed": int(cfg.seed), "rounds": 0}
         try:
             write_json(run_dir / "summary.json", {**record, "status": "failed", "reason": reason})
         except StorageFault as exc:
-            notes.append(f"summary.json could not be updated ({exc.error.strerror or exc}); its last good version "
+            notes.append(f"Note: summary.json could not be updated ({exc.error.strerror or exc}); its last good version "
                          "is kept")
     if trace is not None:
         try:
             write_text(run_dir / "error.log", trace)
+            notes.append(f"The traceback is in {run_dir / 'error.log'}")
         except StorageFault as exc:
-            notes.append(f"error.log could not be written ({exc.error.strerror or exc})")
-    return notes
+            notes.append(f"Note: error.log could not be written ({exc.error.strerror or exc})")
+    return "".join(f" {n}." for n in notes)
 
 
 def _drop_if_empty(fresh_dir: Path, run_dir: Path) -> None:
@@ -296,7 +298,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     from fedbench.lock import RunLocked, describe
     from fedbench.logging import RunLogger
     from fedbench.logging.run_logger import plain_config
-    from fedbench.runs import Interrupted, StopSignals, claim
+    from fedbench.runs import Interrupted, StopSignals, claim, resume_flag
     from fedbench.storage import Reserve, StorageFault
 
     from fedbench.config.presets import apply_presets, user_keys
@@ -352,7 +354,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         print(f"fedbench: stopped at once: {reason}", file=sys.stderr, flush=True)
         raise SystemExit(128 + stop.signum) from None
     except RunLocked as exc:
-        if multirun and str(cfg.resume).strip().lower() in ("true", "yes", "1"):
+        if multirun and resume_flag(cfg) == "true":
             print(f"fedbench: skipping job {fresh_dir.name}: {exc.run_dir} is being run by another process "
                   f"({describe(exc.owner)}); resume=true leaves it to that process", flush=True)
             code = 0
@@ -364,19 +366,16 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     except StorageFault as exc:  # no space, read-only, quota, I/O error: the run stops where it is, resumable
         if reserve is not None:
             reserve.free()  # room for the failure record on a disk the run has just filled
-        notes = _record_failure(run_dir, cfg, f"storage fault: {exc}",
-                                sim.summary() if logger is not None else None, traceback.format_exc())
+        tail = _record_failure(run_dir, cfg, f"storage fault: {exc}", sim.summary() if logger is not None else None,
+                               traceback.format_exc())
         _report(f"job stopped by a storage fault: {exc}. Its results so far are in {run_dir}; "
-                f"{_resume_point(run_dir)}. Fix: {exc.fix}; then rerun with resume={run_dir}."
-                + "".join(f" Note: {n}." for n in notes)
-                + ("" if any("error.log" in n for n in notes) else f" The traceback is in {run_dir / 'error.log'}."),
+                f"{_resume_point(run_dir)}. Fix: {exc.fix}; then rerun with resume={run_dir}.{tail}",
                 multirun, run_dir, 1)
     except Exception as exc:  # a bug or a runtime failure: recorded with its traceback, the sweep goes on
         reason = f"{type(exc).__name__}: {exc}"
-        notes = _record_failure(run_dir, cfg, reason, sim.summary() if logger is not None else None,
-                                traceback.format_exc())
-        where = "" if any("error.log" in n for n in notes) else f" (traceback in {run_dir / 'error.log'})"
-        _report(f"job failed: {reason}{where}" + "".join(f" Note: {n}." for n in notes), multirun, run_dir, 1)
+        tail = _record_failure(run_dir, cfg, reason, sim.summary() if logger is not None else None,
+                               traceback.format_exc())
+        _report(f"job failed: {reason.rstrip('.')}.{tail}", multirun, run_dir, 1)
     finally:
         signals.__exit__()
         if sim is not None:
@@ -404,25 +403,25 @@ class SweepTable(Callback):
     ``SWEEP_FAILED`` then says whether a job failed or stopped for a reason other than divergence."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from fedbench.lock import describe, owner
+        from fedbench.runs import read_summary, summary_state
+
         if "fedbench_tune" in str(config.hydra.sweeper.get("_target_", "")):
             return  # fedbench-tune prints its own selection and job statuses
         sweep = Path(to_absolute_path(config.hydra.sweep.dir))
         jobs = sorted((d for d in sweep.iterdir() if d.is_dir() and (d / ".hydra").is_dir()),
                       key=lambda d: (len(d.name), d.name)) if sweep.is_dir() else []
-        from fedbench.lock import describe, owner
-        from fedbench.runs import read_summary, run_state
-
         rows = []
         for job in jobs:
-            status, reason = run_state(job)
-            held = owner(job)
+            summary, held = read_summary(job), owner(job)
+            status, reason = summary_state(summary, held)
             if status is None:
                 status, reason = "failed", ("summary.json is damaged (not a JSON object)" if (job / "summary.json")
                                             .exists() else "no summary.json (the job died before writing one)")
             if held:  # skipped by this sweep (resume=true): another process runs it
                 status, reason = "running", f"in another process ({describe(held)})"
             reason = reason or ""
-            rows.append((job.name, status, (read_summary(job) or {}).get("final_test_acc"),
+            rows.append((job.name, status, (summary or {}).get("final_test_acc"),
                          reason if len(reason) <= 120 else reason[:117] + "..."))
         SWEEP_FAILED[:] = [name for name, status, _, _ in rows if status not in ("completed", "diverged", "running")]
         width = max([len(r[0]) for r in rows] + [3])

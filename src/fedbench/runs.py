@@ -50,17 +50,22 @@ STOPPED = ("the job stopped without recording its end (killed, or its results co
            "if there is one); resume=true continues from its latest checkpoint")
 
 
-def run_state(run_dir: Path) -> Tuple[Optional[str], Optional[str]]:
-    """(status, reason) of a run directory: its summary's, except that a summary still saying ``running`` while
-    no process owns the directory (``fedbench.lock.owner``) means the job died: ``failed`` with ``STOPPED``.
-    (None, None) without a readable summary."""
-    summary = read_summary(run_dir)
+def summary_state(summary: Optional[Dict[str, Any]], held: Optional[Dict[str, Any]]
+                  ) -> Tuple[Optional[str], Optional[str]]:
+    """(status, reason) of a run from its summary and its directory's owner (``fedbench.lock.owner``): the
+    summary's, except that one still saying ``running`` while no process owns the directory means the job died:
+    ``failed`` with ``STOPPED``. (None, None) without a readable summary."""
     if summary is None:
         return None, None
     status = summary.get("status", "completed")
-    if status == "running" and owner(run_dir) is None:
+    if status == "running" and held is None:
         return "failed", STOPPED
     return status, summary.get("reason")
+
+
+def run_state(run_dir: Path) -> Tuple[Optional[str], Optional[str]]:
+    """``summary_state`` of a run directory."""
+    return summary_state(read_summary(run_dir), owner(run_dir))
 
 
 def read_status(run_dir: Path) -> Optional[str]:
@@ -120,7 +125,7 @@ def plan(cfg: DictConfig, fresh_dir: Path, outputs: Path, requeued: bool = False
     same config under ``outputs`` (or the job's own directory), skip it if it completed, else start afresh."""
     config = plain_config(cfg)
     keep = cfg.checkpoint_keep
-    flag = _resume_flag(cfg)
+    flag = resume_flag(cfg)
     if flag == "fresh":
         if requeued and (fresh_dir / "checkpoints").is_dir():
             return _continue(fresh_dir, config, keep, explicit=False) or ResumePlan(fresh_dir)
@@ -140,7 +145,7 @@ def plan(cfg: DictConfig, fresh_dir: Path, outputs: Path, requeued: bool = False
     return ResumePlan(fresh_dir, note="no earlier run of this config to resume: starting afresh")
 
 
-def _resume_flag(cfg: DictConfig) -> str:
+def resume_flag(cfg: DictConfig) -> str:
     """'fresh', 'true', or the directory ``resume`` names."""
     flag = None if cfg.resume is None else str(cfg.resume).strip().lower()
     if flag in (None, "", "false", "no", "0", "none", "null"):
@@ -167,7 +172,7 @@ def claim(cfg: DictConfig, fresh_dir: Path, outputs: Path, requeued: bool = Fals
     ``RunLocked`` when another live process owns it): a fresh run or ``resume=<dir>`` locks its directory first;
     ``resume=true`` finds its run, locks it, and plans again, since another process may have advanced or finished
     the run in between."""
-    flag = _resume_flag(cfg)
+    flag = resume_flag(cfg)
     if flag != "true":
         # a requeued job waits a minute for its previous attempt, which may still be writing its checkpoint
         lock = RunLock(fresh_dir if flag == "fresh" else _resume_target(flag)).acquire(REQUEUE_WAIT_S * requeued)

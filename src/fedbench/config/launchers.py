@@ -11,7 +11,7 @@ node checks its engine counts again where it runs (``Simulation``).
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional
+from typing import Dict
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -111,9 +111,9 @@ def check_launcher(hydra: DictConfig) -> None:
                 f"which has {gpus()}.", f"use at most {gpus()} (or pass ray.init.address of a cluster).")
 
 
-def check_engine_here(cfg: DictConfig, available: Optional[int] = None) -> None:
+def check_engine_here(cfg: DictConfig) -> None:
     """``engine.workers`` and ``engine.num_threads`` against the cores a job has where it runs."""
-    n = available or cores()
+    n = cores()
     workers, threads = cfg.engine.workers, cfg.engine.num_threads
     require(workers <= n, "engine.workers", f"{workers} worker processes, and a job here has {n} core(s): each "
             "worker is a process with one thread (and its own open files), so more than the cores only contend.",
