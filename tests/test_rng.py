@@ -26,3 +26,13 @@ def test_global_state_untouched():
     numpy_rng(0, "p", 1, 2).random(10)
     torch_rng(0, "p").initial_seed()
     assert (random.random(), np.random.random()) == before
+
+
+def test_derive_seeds_is_derive_seed_for_many_clients():
+    """The vectorized SeedSequence hash equals numpy's, key by key (the batched runners' streams depend on it)."""
+    from fedbench.rng import derive_seeds
+
+    clients = np.array([0, 1, 7, 999, 65_535, 2**31 + 3, 2**32 - 2])
+    for seed, purpose, r in [(0, "batches", 0), (2**40 + 5, "batches/1", 12_345), (7, "dropout", 2**32 - 2)]:
+        assert derive_seeds(seed, purpose, r, clients).tolist() == [derive_seed(seed, purpose, r, int(c))
+                                                                     for c in clients]

@@ -148,7 +148,7 @@ class CohortTrainer:
         return out
 
     def _cohort(self, trainer, rc, entries, start):
-        runs = [trainer.batch_indices(rc, c, steps, opts.get("batch_size")) for c, steps, opts, _ in entries]
+        runs = trainer.batch_indices_of(rc, [(c, steps, opts.get("batch_size")) for c, steps, opts, _ in entries])
         lrs = torch.tensor([opts.get("lr", rc.lr) for _, _, opts, _ in entries], dtype=start.dtype,
                            device=start.device)
         C, T = len(entries), max(steps for _, steps, _, _ in entries)
@@ -163,7 +163,8 @@ class CohortTrainer:
             for i, ((ids, b), (_, steps, _, _)) in enumerate(zip(runs, entries)):
                 idx[i, :steps, :b] = ids.view(steps, b)
                 M[i, :steps, :b] = 1.0
-        X, Y = data.x[idx], data.y[idx]
+        step_major = idx.transpose(0, 1)  # (T, C, B): each step's inputs are one contiguous block
+        X, Y = data.x[step_major], data.y[step_major]
         self.module.train()
         drops = self._keep_masks(trainer, rc, entries, runs, T, B, device)
         active = M[:, :, 0] > 0  # (C, T): client i takes step s
@@ -174,7 +175,7 @@ class CohortTrainer:
         losses = torch.zeros(C, T, dtype=start.dtype, device=start.device)
         for s in range(T):
             on = active[:, s]
-            g, (loss, stats) = self._step(P, X[:, s], Y[:, s], M[:, s] + (~on)[:, None].to(M.dtype),
+            g, (loss, stats) = self._step(P, X[s], Y[s], M[:, s] + (~on)[:, None].to(M.dtype),
                                           tuple(d[:, s] for d in drops))
             if R is not None:
                 self._track(R, stats, on)
@@ -187,7 +188,7 @@ class CohortTrainer:
             if buf is not None:
                 buf = torch.where(on[:, None], self.momentum * buf + g, buf)
                 g = buf
-            P = P - (lrs * on.to(P.dtype))[:, None] * g
+            P = torch.addcmul(P, (lrs * on.to(P.dtype))[:, None], g, value=-1)  # one pass over (C, d)
         sizes = [b for _, b in runs]
         trainer.cost.gradients(sum(b * steps for b, (_, steps, _, _) in zip(sizes, entries)))
         steps_done = torch.tensor([steps for _, steps, _, _ in entries], dtype=losses.dtype, device=losses.device)

@@ -31,6 +31,7 @@ class FlatModel:
         self.params = _bind(self.param_tensors, device)
         self.buffers = _bind(self.buffer_tensors, device)
         self.offsets: dict[int, int] = {}  # id(parameter) -> its offset in ``params``
+        self._layouts: dict[int, tuple] = {}  # id(module) -> ``_layout(module)``
         offset = 0
         for p in self.param_tensors:
             self.offsets[id(p)] = offset
@@ -56,8 +57,29 @@ class FlatModel:
 
     def named_views(self, module: nn.Module, vec: torch.Tensor) -> dict[str, torch.Tensor]:
         """``{name: view of vec}`` for the parameters of ``module`` (the model or one of its blocks), named as
-        ``module.named_parameters()`` names them: the argument ``torch.func.functional_call`` takes."""
-        return {n: self.view(p, vec) for n, p in module.named_parameters()}
+        ``module.named_parameters()`` names them: the argument ``torch.func.functional_call`` takes. A module
+        whose parameters lie side by side in the flat order (the model, a block) is cut with one ``torch.split``,
+        whose backward is one concatenation (per-parameter slices would each add a zero-filled (d,) gradient:
+        a third of a small model's vmapped step)."""
+        layout = self._layouts.get(id(module))
+        if layout is None:
+            layout = self._layouts[id(module)] = self._layout(module)
+        names, shapes, start, sizes = layout
+        if start is None:
+            return {n: self.view(p, vec) for n, p in module.named_parameters()}
+        total = sum(sizes)
+        piece = vec if start == 0 and total == vec.shape[-1] else vec.narrow(-1, start, total)
+        return {n: t.view(shape) for n, t, shape in zip(names, torch.split(piece, sizes, -1), shapes)}
+
+    def _layout(self, module: nn.Module) -> tuple:
+        """(names, shapes, the flat offset of the first parameter or None if they are not contiguous, sizes)."""
+        named = list(module.named_parameters())
+        names = [n for n, _ in named]
+        shapes = [p.shape for _, p in named]
+        sizes = [p.numel() for _, p in named]
+        offsets = [self.offsets[id(p)] for _, p in named]
+        contiguous = bool(named) and all(o + n == nxt for o, n, nxt in zip(offsets, sizes, offsets[1:]))
+        return names, shapes, offsets[0] if contiguous else None, sizes
 
     def grad(self) -> torch.Tensor:
         """The parameters' gradients as one flat vector (zeros where a parameter got none)."""

@@ -15,7 +15,7 @@ from fedbench.training.evaluation import evaluate
 from fedbench.training.runners import ClientRunner
 from fedbench.training.step import LocalRun
 from fedbench.records import ClientUpdate, Cost, RoundContext, StepHook
-from fedbench.rng import torch_rng
+from fedbench.rng import derive_seeds, torch_rng
 
 GRADIENT_CHUNK = 1024  # samples per forward/backward pass of a full-batch gradient (bounds memory; same mean)
 
@@ -51,6 +51,21 @@ class ClientTrainer:
         """What ``batches`` would gather, as (indices into the data, batch size): the same stream and counters."""
         gen = torch_rng(self.seed, self._occurrence(client, purpose), rc.round, client)
         return self.data.client_indices(client, steps, batch_size or self.batch_size, gen)
+
+    def batch_indices_of(self, rc: RoundContext, entries: list, purpose: str = "batches") -> list:
+        """``batch_indices`` of every (client, steps, batch size or None) of ``entries``, in order, with the streams'
+        seeds derived together (``fedbench.rng.derive_seeds``): the same indices, counters and streams."""
+        purposes = [self._occurrence(c, purpose) for c, _, _ in entries]
+        seeds = np.empty(len(entries), dtype=np.int64)
+        for name in set(purposes):
+            at = [i for i, q in enumerate(purposes) if q == name]
+            seeds[at] = derive_seeds(self.seed, name, rc.round, np.array([entries[i][0] for i in at]))
+        out = []
+        for (client, steps, batch_size), seed in zip(entries, seeds.tolist()):
+            gen = torch.Generator()
+            gen.manual_seed(seed)
+            out.append(self.data.client_indices(client, steps, batch_size or self.batch_size, gen))
+        return out
 
     def _occurrence(self, client: int, purpose: str) -> str:
         """``purpose`` for the client's first use of a stream in the round, ``purpose/k`` for its k-th repeat."""
