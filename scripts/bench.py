@@ -102,7 +102,8 @@ def fedbench_variant(overrides: list, runner: str, rounds: int, reps: int) -> di
 
     timed(sim.participation, "round", "participation")
     timed(sim.algo, "client_update", "train")
-    timed(sim, "_cohort_updates", "train")
+    if sim.cohort is not None:
+        timed(sim.cohort, "updates", "train")
     for name in ("accumulate", "server_update", "begin_round"):
         timed(sim.algo, name, "server")
     sync = torch.cuda.synchronize if sim.device.type == "cuda" else (lambda: None)

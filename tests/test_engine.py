@@ -22,7 +22,8 @@ def test_flat_params_are_views(tiny_cfg, tmp_path):
 @pytest.mark.parametrize("model", ["logreg", "cnn_fmnist", "mlp"])
 def test_thin_and_lightning_runners_agree_exactly(tiny_cfg, tmp_path, model):
     extra = ("model.batch_norm=true",) if model == "mlp" else ()
-    thin = make_sim(tiny_cfg(f"model={model}", "client.momentum=0.9", "client.weight_decay=1e-3", *extra), tmp_path)
+    thin = make_sim(tiny_cfg(f"model={model}", "client.momentum=0.9", "client.weight_decay=1e-3",
+                             "engine.client_runner=thin", *extra), tmp_path)
     light = make_sim(tiny_cfg(f"model={model}", "client.momentum=0.9", "client.weight_decay=1e-3",
                               "engine.client_runner=lightning", *extra), tmp_path)
     assert torch.equal(thin.x, light.x)

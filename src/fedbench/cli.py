@@ -293,6 +293,16 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     run it under the stop signals, write results. A failure is recorded in ``summary.json`` (status failed, the
     reason) and ``error.log``, printed as one paragraph, and, in a multirun, does not stop the sweep; W&B is always
     finished and the lock released."""
+    from fedbench.engine.simulation import drive
+
+    return drive(job_steps(cfg, HydraConfig.get()))
+
+
+def job_steps(cfg: DictConfig, hydra_cfg: DictConfig, signals: Any = None):
+    """``run_job`` as a generator of the run's ``CohortRequest``s (``fedbench.engine.simulation.drive``): the
+    packed launcher (``fedbench.engine.pack``) answers several jobs' requests as one cohort. ``hydra_cfg`` is the
+    job's Hydra node; ``signals`` a ``StopSignals`` shared by a pack, whose driver installs them and hands a
+    pre-emption on once every job of the pack has stopped (None: the job installs its own)."""
     from fedbench.checkpoint import Checkpointer
     from fedbench.engine.simulation import RunControl, Simulation
     from fedbench.lock import RunLocked, describe
@@ -304,14 +314,15 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     from fedbench.config.presets import apply_presets, user_keys
 
     logging.raiseExceptions = False  # a log file on a full disk must not print tracebacks (Hydra logs to the job dir)
-    hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     cfg = apply_presets(cfg, user_keys(list(hydra_cfg.overrides.task)))
     fresh_dir = run_dir = Path(hydra_cfg.runtime.output_dir)
     root = Path(to_absolute_path(cfg.data.root))
-    logger, sim, lock, reserve, code, signals = None, None, None, None, 1, StopSignals()
+    own_signals = signals is None
+    logger, sim, lock, reserve, code, signals = None, None, None, None, 1, signals or StopSignals()
     try:
-        signals.__enter__()  # from here on, SIGINT / SIGTERM end the job cleanly (checkpoint, status)
+        if own_signals:
+            signals.__enter__()  # from here on, SIGINT / SIGTERM end the job cleanly (checkpoint, status)
         job, lock = claim(cfg, fresh_dir, Path(to_absolute_path("outputs")),
                           requeued=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0)
         run_dir = job.run_dir
@@ -331,13 +342,13 @@ def run_job(cfg: DictConfig) -> Optional[float]:
                            wandb_id=None if ckpt is None else ckpt.get("wandb_id"))
         control = RunControl(Checkpointer(run_dir, cfg.checkpoint_keep), json.dumps(plain_config(cfg)),
                              signals.reason)
-        summary = sim.run(logger, control)
+        summary = yield from sim.run_steps(logger, control)
         logger.close_files()  # the CSVs' last rows are on disk before the summary that counts them
         logger.write_summary(summary)
         logger.print(f"[{cfg.algo.name}] {summary['status']}"
                      + (f" ({summary['reason']})" if summary["reason"] else "") + f": results in {run_dir}")
         code = 0
-        if summary["status"] == "interrupted":
+        if summary["status"] == "interrupted" and own_signals:  # (a pack's driver does this once for all its jobs)
             _finish(logger, 0)
             logger = None
             signals.chain()  # pre-empted under a scheduler: its handler requeues the job (which then resumes)
@@ -377,7 +388,8 @@ def run_job(cfg: DictConfig) -> Optional[float]:
                                traceback.format_exc())
         _report(f"job failed: {reason.rstrip('.')}.{tail}", multirun, run_dir, 1)
     finally:
-        signals.__exit__()
+        if own_signals:
+            signals.__exit__()
         if sim is not None:
             sim.close()
         if logger is not None:
@@ -421,15 +433,17 @@ class SweepTable(Callback):
             if held:  # skipped by this sweep (resume=true): another process runs it
                 status, reason = "running", f"in another process ({describe(held)})"
             reason = reason or ""
+            packed = (summary or {}).get("packed_jobs")  # hydra/launcher=packed: the jobs of its pack
             rows.append((job.name, status, (summary or {}).get("final_test_acc"),
+                         f"x{packed}" if isinstance(packed, int) and packed > 1 else "alone" if packed else "-",
                          reason if len(reason) <= 120 else reason[:117] + "..."))
-        SWEEP_FAILED[:] = [name for name, status, _, _ in rows if status not in ("completed", "diverged", "running")]
+        SWEEP_FAILED[:] = [row[0] for row in rows if row[1] not in ("completed", "diverged", "running")]
         width = max([len(r[0]) for r in rows] + [3])
         print(f"\nfedbench: sweep {sweep}: {len(rows)} jobs", flush=True)
-        print(f"  {'job':<{width}}  {'status':<11}  {'test_acc':>8}  reason")
-        for name, status, acc, reason in rows:
+        print(f"  {'job':<{width}}  {'status':<11}  {'test_acc':>8}  {'packed':<6}  reason")
+        for name, status, acc, packed, reason in rows:
             acc = f"{acc:.4f}" if isinstance(acc, (int, float)) else "-"
-            print(f"  {name:<{width}}  {status:<11}  {acc:>8}  {reason}", flush=True)
+            print(f"  {name:<{width}}  {status:<11}  {acc:>8}  {packed:<6}  {reason}", flush=True)
 
 
 #: Jobs of the last multirun that failed (not diverged); ``main`` exits non-zero when there are any.

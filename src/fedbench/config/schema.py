@@ -32,10 +32,10 @@ class ParticipationConfig:
 
 
 class ClientRunner(Enum):
-    thin = "thin"  # our own loop driving the LightningModule (fast, default)
+    thin = "thin"  # our own loop driving the LightningModule (every algorithm; convolutional models on a CPU)
     lightning = "lightning"  # a lightning.Trainer per client (slow; for cross-checking)
     vmap = "vmap"  # the round's clients batched with torch.func.vmap (fedbench.training.cohort)
-    auto = "auto"  # vmap where the configuration allows it, else thin
+    auto = "auto"  # default: vmap where the configuration allows it and pays, else thin (the reason is logged)
 
 
 class MemoryFormat(Enum):
@@ -51,8 +51,9 @@ class ClientStateBackend(Enum):
 
 @dataclass
 class EngineConfig:
-    client_runner: ClientRunner = ClientRunner.thin
+    client_runner: ClientRunner = ClientRunner.auto
     cohort_size: int = option(128, ge=1)  # client_runner=vmap: clients trained together at most (bounds memory)
+    pack_size: int = option(16, ge=1)  # hydra/launcher=packed: jobs trained as one cohort at most (memory)
     device: str = option("cpu", pattern=r"cpu|auto|mps|cuda(:\d+)?", describe="cpu, cuda, cuda:N, mps or auto")
     eval_batch_size: int = 0  # 0: EVAL_BATCH by device (fedbench.engine.simulation)
     eval_train: bool = False  # also evaluate the global model on the whole training set (global_train_loss/acc)

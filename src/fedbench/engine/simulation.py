@@ -35,6 +35,31 @@ from fedbench.engine.metrics import EvalRecord, RoundRecord
 
 
 @dataclass
+class CohortRequest:
+    """A round's local runs to train as one batch: ``entries`` (client, local steps, ``local_options``, affine
+    hook) of ``sim``'s round ``rc``, from ``sim.x`` with ``sim.trainer``'s streams and counters."""
+
+    sim: "Simulation"
+    rc: RoundContext
+    entries: list
+
+    def compute(self) -> list:
+        """The entries' ``ClientUpdate``s, in order, from the simulation's own runner (cohort or workers)."""
+        return self.sim.cohort.updates(self.sim.trainer, self.rc, self.entries, self.sim.x)
+
+
+def drive(steps, compute: Callable[[CohortRequest], list] = CohortRequest.compute):
+    """Run a generator of ``CohortRequest``s (``Simulation.round_steps`` / ``run_steps``, or a job of
+    ``fedbench.cli.job_steps``) to its end, answering each request with ``compute``; return its value."""
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(compute(request))
+    except StopIteration as done:
+        return done.value
+
+
+@dataclass
 class RunControl:
     """How a run is checkpointed and stopped: ``stop()`` returns why the run must stop after the current round
     (e.g. "SIGTERM"), or None; ``config`` (the resolved config as JSON) is saved with each checkpoint."""
@@ -112,6 +137,7 @@ class Simulation:
         self.callbacks: list = []  # composed by ``run``
         self._loaded: Optional[Dict[str, Any]] = None  # a loaded checkpoint, for the callbacks ``run`` composes
         self.resumed = False
+        self.packed_jobs = 1  # the jobs of its pack under hydra/launcher=packed (fedbench.engine.pack); 1: alone
         self.stop_status: Optional[str] = None  # diverged | interrupted, once a callback asked to stop
         self.stop_reason: Optional[str] = None
 
@@ -170,6 +196,12 @@ class Simulation:
     def round(self, t: int) -> RoundRecord:
         """Run round t: participation, local updates streamed into the aggregate, the server update; return its
         record (costs: this round's increase of the counters)."""
+        return drive(self.round_steps(t))
+
+    def round_steps(self, t: int):
+        """Round t as a generator: it yields the round's ``CohortRequest`` (when a batched runner trains its
+        clients) and takes the requested updates back (``drive`` computes them here; a packed sweep,
+        ``fedbench.engine.pack``, computes several jobs' requests as one cohort); it returns the ``RoundRecord``."""
         cost = self.trainer.cost
         before = cost.totals()
         oracle = EngineOracle(self.trainer, t, self.lr(t), self.x, self.cfg.algo.server_lr, self.cfg.client.local_steps)
@@ -186,8 +218,8 @@ class Simulation:
         new_buffers = torch.zeros_like(self.buffers) if self.buffers.numel() else None
         buffer_weight = 0.0
         losses = []
-        cohort = self._cohort_updates(rc) if self.cohort is not None else None
-        batched = iter(cohort) if cohort is not None else None
+        request = self._cohort_request(rc) if self.cohort is not None else None
+        batched = iter((yield request)) if request is not None else None
         for client, done, steps in zip(part.selected.tolist(), part.completed.tolist(), part.local_steps.tolist()):
             payload = self.algo.payload(rc, client)
             cost.download(*model, *payload.values())
@@ -220,9 +252,9 @@ class Simulation:
                            weight_sum=float(np.sum(weights)), contributors=int(len(weights)),
                            extra={**self.participation.round_stats(), **self.algo.round_stats(rc)})
 
-    def _cohort_updates(self, rc: RoundContext) -> Optional[list]:
-        """The round's completed entries trained together (engine.client_runner=vmap), in the loop's order; None
-        for a round the loop must run sequentially (a client with a step hook drawn twice)."""
+    def _cohort_request(self, rc: RoundContext) -> Optional["CohortRequest"]:
+        """The round's completed entries to train together (engine.client_runner=vmap, engine.workers), in the
+        loop's order; None for a round the loop must run sequentially (a client with a step hook drawn twice)."""
         part, algo = rc.part, self.algo
         ids = part.completed_ids.tolist()
         hooks = [algo.step_hook(rc, c, self.x, algo.payload(rc, c)) for c in ids]
@@ -232,7 +264,7 @@ class Simulation:
                    for c, s, h in zip(ids, part.completed_steps.tolist(), hooks)]
         if any(h is not None and e[3] is None for h, e in zip(hooks, entries)):
             raise RuntimeError(f"algo={algo.cfg.name} declares affine_steps but a step hook has no affine form")
-        return self.cohort.updates(self.trainer, rc, entries, self.x)
+        return CohortRequest(self, rc, entries)
 
     def initialize(self) -> Dict[str, int]:
         """The algorithm's initialization exchange at x_0 (e.g. FedAMD's cache of full gradients), counted apart
@@ -305,6 +337,10 @@ class Simulation:
         """Rounds ``next_round`` .. ``rounds`` - 1 (all of them unless a checkpoint was loaded), observed by the
         callbacks of ``fedbench.engine.callbacks.compose``; returns the summary, whose ``status`` is completed,
         diverged or interrupted (``reason`` says why)."""
+        return drive(self.run_steps(logger, control))
+
+    def run_steps(self, logger: RunLogger, control: Optional[RunControl] = None):
+        """``run`` as a generator of the rounds' ``CohortRequest``s (see ``round_steps``); returns the summary."""
         cfg, control = self.cfg, control or RunControl()
         self.callbacks = compose(cfg, logger, control.checkpointer, control.config, control.stop)
         if self._loaded is not None:
@@ -319,7 +355,7 @@ class Simulation:
         for t in range(self.next_round, cfg.rounds):
             if self.stop_status is not None:
                 break
-            record = self.round(t)
+            record = yield from self.round_steps(t)
             self.next_round = t + 1
             for cb in self.callbacks:
                 cb.on_round_end(self, record)
@@ -394,6 +430,7 @@ class Simulation:
             "precision": self.cfg.engine.precision,
             "client_runner": self.runner_kind,
             "client_runner_reason": self.runner_reason,
+            "packed_jobs": self.packed_jobs,
             "num_threads": self.num_threads,
             "memory_format": self.module.numerics.memory_format,
             "num_clients": self.data.num_clients,

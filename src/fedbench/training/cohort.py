@@ -121,15 +121,16 @@ class CohortTrainer:
             self._drop_shapes = seen
         return self._drop_shapes
 
-    def _keep_masks(self, trainer, rc, entries, runs, T: int, B: int, device) -> tuple:
+    def _keep_masks(self, owners, entries, runs, T: int, B: int, device) -> tuple:
         """Per dropout layer, the (C, T, B, *shape) keep masks the sequential runner would draw: client i's
-        stream (seed, "dropout", round, i), step by step, layer by layer in forward order."""
+        stream (seed, "dropout", round, i) of its own job (``owners``: (trainer, round context) per entry), step
+        by step, layer by layer in forward order."""
         if not self.dropouts:
             return ()
-        shapes = self._dropout_shapes(trainer.data.x)
+        shapes = self._dropout_shapes(owners[0][0].data.x)
         C = len(entries)
         masks = [torch.ones((C, T, B) + shape, device=device) for _, shape in shapes]
-        for i, ((client, steps, _, _), (_, b)) in enumerate(zip(entries, runs)):
+        for i, ((client, steps, _, _), (_, b), (trainer, rc)) in enumerate(zip(entries, runs, owners)):
             gen = torch_rng(trainer.seed, "dropout", rc.round, client)
             for s in range(steps):
                 for (layer, shape), mask in zip(shapes, masks):
@@ -142,18 +143,38 @@ class CohortTrainer:
         """The ``ClientUpdate`` of each entry (client, local steps, ``local_options``, its hook's ``Affine`` or
         None), in order, ``cohort_size`` at a time; the trainer's streams and counters are used as
         ``trainer.train`` would."""
-        out: List[ClientUpdate] = []
-        for k in range(0, len(entries), self.cohort_size):
-            out += self._cohort(trainer, rc, entries[k: k + self.cohort_size], start)
+        return self.updates_of([(trainer, rc, entries, start)])[0]
+
+    def updates_of(self, jobs: Sequence[tuple]) -> List[List[ClientUpdate]]:
+        """``updates`` of several jobs' rounds at once (a packed sweep, ``fedbench.engine.pack``): ``jobs`` are
+        (trainer, round context, entries, start) with the same model; their entries, job after job, are trained
+        ``cohort_size`` at a time, each from its own job's start point, learning rate, streams and buffers.
+        Returns each job's updates in its entries' order."""
+        items = [(j, entry) for j, (_, _, entries, _) in enumerate(jobs) for entry in entries]
+        out: List[List[ClientUpdate]] = [[] for _ in jobs]
+        for k in range(0, len(items), self.cohort_size):
+            chunk = items[k: k + self.cohort_size]
+            for (j, _), update in zip(chunk, self._cohort(jobs, chunk)):
+                out[j].append(update)
         return out
 
-    def _cohort(self, trainer, rc, entries, start):
-        runs = trainer.batch_indices_of(rc, [(c, steps, opts.get("batch_size")) for c, steps, opts, _ in entries])
-        lrs = torch.tensor([opts.get("lr", rc.lr) for _, _, opts, _ in entries], dtype=start.dtype,
-                           device=start.device)
+    def _cohort(self, jobs, items):
+        entries = [entry for _, entry in items]
+        owners = [(jobs[j][0], jobs[j][1]) for j, _ in items]
+        spans = {}  # job -> (first, last + 1) of its entries in this chunk (a job's entries are adjacent)
+        for i, (j, _) in enumerate(items):
+            spans[j] = (spans.get(j, (i, i))[0], i + 1)
+        runs: list = []
+        for j, (a, b) in spans.items():
+            trainer, rc = owners[a]
+            runs += trainer.batch_indices_of(rc, [(c, steps, opts.get("batch_size")) for c, steps, opts, _ in
+                                                  entries[a:b]])
+        start = jobs[items[0][0]][3]
+        lrs = torch.tensor([opts.get("lr", rc.lr) for (_, _, opts, _), (_, rc) in zip(entries, owners)],
+                           dtype=start.dtype, device=start.device)
         C, T = len(entries), max(steps for _, steps, _, _ in entries)
         B = max(b for _, b in runs)
-        data, device = trainer.data, start.device
+        device = start.device
         if all(b == B and steps == T for (_, b), (_, steps, _, _) in zip(runs, entries)):  # no padding: one gather
             idx = torch.stack([i for i, _ in runs]).view(C, T, B)
             M = torch.ones((C, T, B), dtype=start.dtype, device=device)
@@ -163,15 +184,15 @@ class CohortTrainer:
             for i, ((ids, b), (_, steps, _, _)) in enumerate(zip(runs, entries)):
                 idx[i, :steps, :b] = ids.view(steps, b)
                 M[i, :steps, :b] = 1.0
-        step_major = idx.transpose(0, 1)  # (T, C, B): each step's inputs are one contiguous block
-        X, Y = data.x[step_major], data.y[step_major]
+        X, Y = _gather(jobs, spans, idx)
         self.module.train()
-        drops = self._keep_masks(trainer, rc, entries, runs, T, B, device)
+        drops = self._keep_masks(owners, entries, runs, T, B, device)
         active = M[:, :, 0] > 0  # (C, T): client i takes step s
-        P = start.unsqueeze(0).repeat(C, 1)
-        R = trainer.buffers.unsqueeze(0).repeat(C, 1) if self.norms and trainer.buffers.numel() else None
+        P0 = P = torch.stack([jobs[j][3] for j, _ in items])
+        R = torch.stack([trainer.buffers for trainer, _ in owners]) \
+            if self.norms and owners[0][0].buffers.numel() else None
         buf = torch.zeros_like(P) if self.momentum else None
-        hooks = _stack_affine([a for *_, a in entries], start)
+        hooks = _stack_affine([a for *_, a in entries], P0)
         losses = torch.zeros(C, T, dtype=start.dtype, device=start.device)
         for s in range(T):
             on = active[:, s]
@@ -189,14 +210,14 @@ class CohortTrainer:
                 buf = torch.where(on[:, None], self.momentum * buf + g, buf)
                 g = buf
             P = torch.addcmul(P, (lrs * on.to(P.dtype))[:, None], g, value=-1)  # one pass over (C, d)
-        sizes = [b for _, b in runs]
-        trainer.cost.gradients(sum(b * steps for b, (_, steps, _, _) in zip(sizes, entries)))
+        for j, (a, b) in spans.items():
+            owners[a][0].cost.gradients(sum(run[1] * e[1] for run, e in zip(runs[a:b], entries[a:b])))
         steps_done = torch.tensor([steps for _, steps, _, _ in entries], dtype=losses.dtype, device=losses.device)
         mean_loss = (losses.sum(1) / steps_done.clamp_min(1)).tolist()
-        D = P - start
+        D = P - P0
         return [ClientUpdate(delta=D[i], num_samples=int(trainer.data.sizes[client]), steps=steps,
                              loss=mean_loss[i] if steps else None, buffers=None if R is None else R[i])
-                for i, (client, steps, _, _) in enumerate(entries)]
+                for i, ((client, steps, _, _), (trainer, _)) in enumerate(zip(entries, owners))]
 
     def _track(self, R: torch.Tensor, stats: dict, on: torch.Tensor) -> None:
         """Running statistics of the clients that took this step: r <- (1 - m) r + m s, per norm layer."""
@@ -223,15 +244,34 @@ def _masked_batch_norm(m, x: torch.Tensor, weight: torch.Tensor, stats: dict, k:
     return out * m.weight.view(shape) + m.bias.view(shape) if m.affine else out
 
 
-def _stack_affine(maps: list, start: torch.Tensor) -> Optional[tuple]:
-    """Per-client (scale (C,), offset (C, d), mu (C,), anchor (C, d)) of the entries' hooks; None when no entry
-    has one (identity maps for those without)."""
+def _gather(jobs, spans: dict, idx: torch.Tensor) -> tuple:
+    """The (T, C, B, ...) inputs and (T, C, B) labels of the indices ``idx`` (C, T, B) into each entry's own job's
+    data (``spans``: job -> its entries' range), step-major: each step's inputs are one contiguous block."""
+    if len(spans) == 1:
+        data = jobs[next(iter(spans))][0].data
+        step_major = idx.transpose(0, 1)
+        return data.x[step_major], data.y[step_major]
+    first = jobs[next(iter(spans))][0].data
+    T, C, B = idx.shape[1], idx.shape[0], idx.shape[2]
+    X = torch.empty((T, C, B) + tuple(first.x.shape[1:]), dtype=first.x.dtype, device=first.x.device)
+    Y = torch.empty((T, C, B), dtype=first.y.dtype, device=first.y.device)
+    for j, (a, b) in spans.items():
+        data, step_major = jobs[j][0].data, idx[a:b].transpose(0, 1)
+        X[:, a:b] = data.x[step_major]
+        Y[:, a:b] = data.y[step_major]
+    return X, Y
+
+
+def _stack_affine(maps: list, starts: torch.Tensor) -> Optional[tuple]:
+    """Per-client (scale (C,), offset (C, d), mu (C,), anchor (C, d)) of the entries' hooks (an anchor defaults
+    to the client's start point, the row of ``starts``); None when no entry has one (identity maps for those
+    without)."""
     if all(a is None for a in maps):
         return None
     maps = [a or Affine() for a in maps]
-    zeros = torch.zeros_like(start)
-    scale = torch.tensor([a.scale for a in maps], dtype=start.dtype, device=start.device)
-    mu = torch.tensor([a.mu for a in maps], dtype=start.dtype, device=start.device)
+    zeros = torch.zeros_like(starts[0])
+    scale = torch.tensor([a.scale for a in maps], dtype=starts.dtype, device=starts.device)
+    mu = torch.tensor([a.mu for a in maps], dtype=starts.dtype, device=starts.device)
     offset = torch.stack([zeros if a.offset is None else a.offset for a in maps])
-    anchor = torch.stack([start if a.anchor is None else a.anchor for a in maps])
+    anchor = torch.stack([start if a.anchor is None else a.anchor for a, start in zip(maps, starts)])
     return scale, offset, mu, anchor

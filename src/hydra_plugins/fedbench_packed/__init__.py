@@ -1,0 +1,1 @@
+"""fedbench's Hydra plugins: the packed launcher (``hydra/launcher=packed``)."""
