@@ -4,9 +4,11 @@
     python scripts/bench.py --only W2 --reps 5
     python scripts/bench.py --quick         # tiny sizes on scikit-learn's digits (the test suite runs this)
     python scripts/bench.py --only W1 --variants thin floor --set engine.num_threads=0 engine.precision=bf16-mixed
+    python scripts/bench.py --sweeps P-W2   # 8-job sweeps end to end: sequential, joblib n_jobs=2, packed
 
-Each (workload, variant) runs in its own process (so peak RSS is its own): fedbench with the thin and (where the
-configuration allows it) vmap runners, and two floors with no framework -- a sequential loop (copy the global
+Each (workload, variant) runs in its own process (so peak RSS is its own): fedbench with the engine's defaults
+(``default``: the runner ``engine.client_runner=auto`` picks), the thin and (where the configuration allows it) vmap
+runners, and two floors with no framework -- a sequential loop (copy the global
 vector into the model, I SGD steps per client, average the deltas) and a vmap-batched loop (torch.func over the
 round's clients). Rounds/s is the median of ``--reps`` timed repetitions after a warm-up; fedbench's split of a
 round (local training, aggregation/server, participation, the rest) is timed inside the same rounds, evaluation
@@ -48,6 +50,19 @@ WORKLOADS = {
                     "participation.selection.clients_per_round=10", "engine.client_state=memmap"],
     "W4": ["experiment=wang22_fmnist_periodic", "engine.num_threads=1"],
 }
+#: whole sweeps of 8 jobs (4 learning rates x 2 seeds), timed end to end per launcher (``--sweeps``)
+SWEEPS = {
+    "P-W2": [*[o for o in WORKLOADS["W2"] if not o.startswith("engine.")], "rounds=60", "eval_every=30",
+             "client.lr=0.01,0.02,0.05,0.1", "seed=0,1"],
+    "P-mlp": ["experiment=wang22_fmnist_periodic_small", "rounds=300", "eval_every=100",
+              "client.lr=2.5e-5,5e-5,1e-4,2e-4", "seed=0,1"],
+}
+LAUNCHERS = {
+    "sequential": [],  # Hydra's basic launcher with the engine's defaults: one job after another
+    "sequential-thin": ["engine.client_runner=thin"],  # the same with the thin runner (the default until 2026-11)
+    "joblib-2": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "engine.num_threads=1"],
+    "packed": ["hydra/launcher=packed"],
+}
 QUICK = {
     "Q-mlp": ["dataset=digits", "partition=iid", "model=mlp", "partition.num_clients=20", "client.local_steps=3",
               "client.batch_size=8", "participation=uniform", "participation.selection.clients_per_round=5",
@@ -74,6 +89,38 @@ def _median_rate(step, rounds: int, reps: int, sync) -> tuple:
     return rounds / statistics.median(times), times
 
 
+def sweep_seconds(name: str, launcher: str, reps: int, extra: list) -> dict:
+    """Wall-clock seconds of ``run.py -m`` over the sweep ``name`` under ``launcher`` (median of ``reps``, each in
+    a fresh sweep directory), and the per-job client runner and pack size from the summaries."""
+    times = []
+    for _ in range(reps):
+        out = Path(tempfile.mkdtemp())
+        cmd = [sys.executable, str(ROOT / "run.py"), "-m", "logger=none", *SWEEPS[name], *LAUNCHERS[launcher],
+               *extra, f"hydra.sweep.dir={out}"]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        times.append(time.perf_counter() - start)
+        if proc.returncode != 0:
+            raise SystemExit(f"{name} {launcher} failed:\n{proc.stderr[-2000:]}")
+        summaries = [json.loads(p.read_text()) for p in sorted(out.glob("*/summary.json"))]
+        shutil.rmtree(out, ignore_errors=True)
+    return {"seconds": statistics.median(times), "times": times, "jobs": len(summaries),
+            "client_runner": sorted({s["client_runner"] for s in summaries}),
+            "packed_jobs": sorted({s["packed_jobs"] for s in summaries})}
+
+
+def run_sweeps(names: list, launchers: list, reps: int, extra: list) -> dict:
+    print(f"{'sweep':<8} {'launcher':<16} {'seconds':>8} {'packed is':>10}  runner, pack")
+    results = {}
+    for name in names:
+        row = results[name] = {launcher: sweep_seconds(name, launcher, reps, extra) for launcher in launchers}
+        for launcher, r in row.items():
+            faster = row["packed"]["seconds"] and r["seconds"] / row["packed"]["seconds"] if "packed" in row else 0
+            print(f"{name:<8} {launcher:<16} {r['seconds']:8.1f} {faster:9.2f}x  {','.join(r['client_runner'])}, "
+                  f"x{','.join(map(str, r['packed_jobs']))}", flush=True)
+    return results
+
+
 def fedbench_variant(overrides: list, runner: str, rounds: int, reps: int) -> dict:
     import torch
 
@@ -82,7 +129,7 @@ def fedbench_variant(overrides: list, runner: str, rounds: int, reps: int) -> di
     from fedbench.engine.simulation import Simulation
 
     register_configs()
-    cfg = _compose(["logger=none", *overrides, f"engine.client_runner={runner}"])
+    cfg = _compose(["logger=none", *overrides, *([] if runner == "default" else [f"engine.client_runner={runner}"])])
     run_dir = Path(tempfile.mkdtemp())
     sim = Simulation(cfg, run_dir, ROOT / cfg.data.root)
     if runner == "vmap" and sim.cohort is None:
@@ -216,12 +263,20 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
     return {"rounds_per_s": rate, "peak_rss_mb": _rss_mb()}
 
 
-VARIANTS = ("thin", "vmap", "floor", "floor-vmap")
+VARIANTS = ("default", "thin", "vmap", "floor", "floor-vmap")  # default: no engine.client_runner override
+
+
+def _machine() -> dict:
+    import torch
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "gpu": gpu,
+            "torch": torch.__version__, "python": platform.python_version()}
 
 
 def run_one(name: str, variant: str, rounds: int, reps: int, quick: bool, extra: list = ()) -> dict:
     overrides = [*(QUICK if quick else WORKLOADS)[name], *extra]
-    if variant in ("thin", "vmap"):
+    if variant in ("default", "thin", "vmap"):
         return fedbench_variant(overrides, variant, rounds, reps)
     return floor_variant(overrides, variant == "floor-vmap", rounds, reps)
 
@@ -237,18 +292,21 @@ def main() -> None:
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS,
                         help="variants to run (ratios need floor and floor-vmap)")
     parser.add_argument("--one", nargs=2, metavar=("WORKLOAD", "VARIANT"), help=argparse.SUPPRESS)
+    parser.add_argument("--sweeps", nargs="*", metavar="SWEEP", choices=list(SWEEPS),
+                        help=f"time whole 8-job sweeps per launcher instead ({', '.join(SWEEPS)}; none listed: all)")
+    parser.add_argument("--launchers", nargs="*", default=list(LAUNCHERS), choices=list(LAUNCHERS))
     args = parser.parse_args()
+    if args.sweeps is not None:
+        results = run_sweeps(args.sweeps or list(SWEEPS), args.launchers, args.reps, args.set)
+        Path(args.out).write_text(json.dumps({"machine": _machine(), "sweeps": results}, indent=2))
+        print(f"wrote {args.out}")
+        return
     rounds = args.rounds or (3 if args.quick else 5)
     if args.one:
         print(json.dumps(run_one(*args.one, rounds, args.reps, args.quick, args.set)))
         return
     names = args.only or list(QUICK if args.quick else WORKLOADS)
-    import torch
-
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    results = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "gpu": gpu,
-                           "torch": torch.__version__, "python": platform.python_version()},
-               "overrides": args.set, "workloads": {}}
+    results = {"machine": _machine(), "overrides": args.set, "workloads": {}}
     print(f"{'workload':<12} {'variant':<11} {'rounds/s':>9} {'vs floor':>9} {'vs vmap floor':>13} "
           f"{'train':>7} {'server':>7} {'partic.':>7} {'rest':>7} {'eval/r':>7} {'RSS MB':>7}")
     for name in names:

@@ -184,7 +184,6 @@ class CohortTrainer:
             for i, ((ids, b), (_, steps, _, _)) in enumerate(zip(runs, entries)):
                 idx[i, :steps, :b] = ids.view(steps, b)
                 M[i, :steps, :b] = 1.0
-        X, Y = _gather(jobs, spans, idx)
         self.module.train()
         drops = self._keep_masks(owners, entries, runs, T, B, device)
         active = M[:, :, 0] > 0  # (C, T): client i takes step s
@@ -196,7 +195,8 @@ class CohortTrainer:
         losses = torch.zeros(C, T, dtype=start.dtype, device=start.device)
         for s in range(T):
             on = active[:, s]
-            g, (loss, stats) = self._step(P, X[s], Y[s], M[:, s] + (~on)[:, None].to(M.dtype),
+            X, Y = _gather(jobs, spans, idx[:, s])  # one step's inputs at a time: they stay in cache
+            g, (loss, stats) = self._step(P, X, Y, M[:, s] + (~on)[:, None].to(M.dtype),
                                           tuple(d[:, s] for d in drops))
             if R is not None:
                 self._track(R, stats, on)
@@ -245,20 +245,18 @@ def _masked_batch_norm(m, x: torch.Tensor, weight: torch.Tensor, stats: dict, k:
 
 
 def _gather(jobs, spans: dict, idx: torch.Tensor) -> tuple:
-    """The (T, C, B, ...) inputs and (T, C, B) labels of the indices ``idx`` (C, T, B) into each entry's own job's
-    data (``spans``: job -> its entries' range), step-major: each step's inputs are one contiguous block."""
+    """The (C, B, ...) inputs and (C, B) labels of one step's indices ``idx`` (C, B), each entry's from its own
+    job's data (``spans``: job -> its entries' range)."""
     if len(spans) == 1:
         data = jobs[next(iter(spans))][0].data
-        step_major = idx.transpose(0, 1)
-        return data.x[step_major], data.y[step_major]
+        return data.x[idx], data.y[idx]
     first = jobs[next(iter(spans))][0].data
-    T, C, B = idx.shape[1], idx.shape[0], idx.shape[2]
-    X = torch.empty((T, C, B) + tuple(first.x.shape[1:]), dtype=first.x.dtype, device=first.x.device)
-    Y = torch.empty((T, C, B), dtype=first.y.dtype, device=first.y.device)
+    X = torch.empty(tuple(idx.shape) + tuple(first.x.shape[1:]), dtype=first.x.dtype, device=first.x.device)
+    Y = torch.empty(tuple(idx.shape), dtype=first.y.dtype, device=first.y.device)
     for j, (a, b) in spans.items():
-        data, step_major = jobs[j][0].data, idx[a:b].transpose(0, 1)
-        X[:, a:b] = data.x[step_major]
-        Y[:, a:b] = data.y[step_major]
+        data = jobs[j][0].data
+        torch.index_select(data.x, 0, idx[a:b].reshape(-1), out=X[a:b].view((-1,) + tuple(first.x.shape[1:])))
+        torch.index_select(data.y, 0, idx[a:b].reshape(-1), out=Y[a:b].view(-1))
     return X, Y
 
 
