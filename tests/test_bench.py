@@ -13,6 +13,6 @@ def test_bench_quick_runs_and_reports_every_variant(tmp_path):
                            "--rounds", "2", "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     row = json.loads(out.read_text())["workloads"]["Q-mlp"]
-    assert set(row) == {"thin", "vmap", "floor", "floor-vmap"}
+    assert set(row) == {"default", "thin", "vmap", "floor", "floor-vmap"}
     assert all(v["rounds_per_s"] > 0 for v in row.values())
     assert {"train", "server", "participation", "rest", "evaluation"} <= set(row["thin"]["split_s"])

@@ -1,4 +1,4 @@
-"""Packed sweeps (hydra/launcher=packed, fedbench.engine.pack): each job of a pack equals the same job alone."""
+"""Packed sweeps (hydra/launcher=packed, fedbench.pack): each job of a pack equals the same job alone."""
 
 import json
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedbench.engine.pack import Job, Packer, pack_key
+from fedbench.pack import Job, Packer, pack_key
 from fedbench.runs import StopSignals
 
 from conftest import ROOT, call, compose, csv_rows, make_sim

@@ -300,7 +300,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
 
 def job_steps(cfg: DictConfig, hydra_cfg: DictConfig, signals: Any = None):
     """``run_job`` as a generator of the run's ``CohortRequest``s (``fedbench.engine.simulation.drive``): the
-    packed launcher (``fedbench.engine.pack``) answers several jobs' requests as one cohort. ``hydra_cfg`` is the
+    packed launcher (``fedbench.pack``) answers several jobs' requests as one cohort. ``hydra_cfg`` is the
     job's Hydra node; ``signals`` a ``StopSignals`` shared by a pack, whose driver installs them and hands a
     pre-emption on once every job of the pack has stopped (None: the job installs its own)."""
     from fedbench.checkpoint import Checkpointer

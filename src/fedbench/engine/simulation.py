@@ -137,7 +137,7 @@ class Simulation:
         self.callbacks: list = []  # composed by ``run``
         self._loaded: Optional[Dict[str, Any]] = None  # a loaded checkpoint, for the callbacks ``run`` composes
         self.resumed = False
-        self.packed_jobs = 1  # the jobs of its pack under hydra/launcher=packed (fedbench.engine.pack); 1: alone
+        self.packed_jobs = 1  # the jobs of its pack under hydra/launcher=packed (fedbench.pack); 1: alone
         self.stop_status: Optional[str] = None  # diverged | interrupted, once a callback asked to stop
         self.stop_reason: Optional[str] = None
 
@@ -201,7 +201,7 @@ class Simulation:
     def round_steps(self, t: int):
         """Round t as a generator: it yields the round's ``CohortRequest`` (when a batched runner trains its
         clients) and takes the requested updates back (``drive`` computes them here; a packed sweep,
-        ``fedbench.engine.pack``, computes several jobs' requests as one cohort); it returns the ``RoundRecord``."""
+        ``fedbench.pack``, computes several jobs' requests as one cohort); it returns the ``RoundRecord``."""
         cost = self.trainer.cost
         before = cost.totals()
         oracle = EngineOracle(self.trainer, t, self.lr(t), self.x, self.cfg.algo.server_lr, self.cfg.client.local_steps)

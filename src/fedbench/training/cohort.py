@@ -146,7 +146,7 @@ class CohortTrainer:
         return self.updates_of([(trainer, rc, entries, start)])[0]
 
     def updates_of(self, jobs: Sequence[tuple]) -> List[List[ClientUpdate]]:
-        """``updates`` of several jobs' rounds at once (a packed sweep, ``fedbench.engine.pack``): ``jobs`` are
+        """``updates`` of several jobs' rounds at once (a packed sweep, ``fedbench.pack``): ``jobs`` are
         (trainer, round context, entries, start) with the same model; their entries, job after job, are trained
         ``cohort_size`` at a time, each from its own job's start point, learning rate, streams and buffers.
         Returns each job's updates in its entries' order."""

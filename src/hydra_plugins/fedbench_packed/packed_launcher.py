@@ -1,4 +1,4 @@
-"""``hydra/launcher=packed``: the Hydra launcher that trains a multirun's jobs as packs (``fedbench.engine.pack``).
+"""``hydra/launcher=packed``: the Hydra launcher that trains a multirun's jobs as packs (``fedbench.pack``).
 
 Hydra instantiates launchers only from the ``hydra_plugins`` package, hence this module. Each job is set up by
 Hydra's own ``run_job`` (its sweep config, output directory, ``.hydra/`` files, job callbacks), with a task that
@@ -38,7 +38,7 @@ class PackedLauncher(Launcher):
         from pathlib import Path
 
         from fedbench.cli import job_steps
-        from fedbench.engine.pack import Job, Packer
+        from fedbench.pack import Job, Packer
         from fedbench.runs import StopSignals
 
         setup_globals()

@@ -82,7 +82,7 @@ class Packer:
                 continue
             pack = self.open.setdefault(key, [])
             pack.append(job)
-            if len(pack) >= key[-1]:
+            if len(pack) >= key[-1]:  # the key ends with engine.pack_size
                 self._train(self.open.pop(key))
         while self.open:
             self._train(self.open.pop(next(iter(self.open))))
