@@ -305,6 +305,19 @@ def test_fedbench_tune_through_the_joblib_launcher(tmp_path):
 
 
 
+def test_fedbench_tune_through_the_packed_launcher(tmp_path):
+    """The trials of a tuning batch train as packs (hydra/launcher=packed), each with its own summary."""
+    out = tmp_path / "tune"
+    proc = tune([*SMOKE, f"data.root={tmp_path / 'data'}", "hydra/launcher=packed", "--algos", "fedavg,fedprox",
+                 "--trials", "2", "--seeds", "0,1", "--dir", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = json.loads((out / "selection.json").read_text())["methods"]
+    assert record["fedprox"]["trials_run"] == record["fedavg"]["trials_run"] == 2
+    finals = [json.loads(p.read_text()) for p in (out / "final").glob("*/summary.json")]
+    assert len(finals) == 4 and all(s["status"] == "completed" for s in finals)
+    assert max(s["packed_jobs"] for s in finals) > 1
+
+
 @pytest.mark.parametrize("space, message", [({"fedavgg": {"client.lr": [0.1]}}, "tune_space.fedavgg"),
                                             ({"*": {"client.lr": []}}, "tune_space[.][*]"),
                                             ({"fedavg": [0.1]}, "tune_space.fedavg")])
