@@ -115,7 +115,7 @@ def run_sweeps(names: list, launchers: list, reps: int, extra: list) -> dict:
     for name in names:
         row = results[name] = {launcher: sweep_seconds(name, launcher, reps, extra) for launcher in launchers}
         for launcher, r in row.items():
-            faster = row["packed"]["seconds"] and r["seconds"] / row["packed"]["seconds"] if "packed" in row else 0
+            faster = r["seconds"] / row["packed"]["seconds"] if "packed" in row else float("nan")
             print(f"{name:<8} {launcher:<16} {r['seconds']:8.1f} {faster:9.2f}x  {','.join(r['client_runner'])}, "
                   f"x{','.join(map(str, r['packed_jobs']))}", flush=True)
     return results

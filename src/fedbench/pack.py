@@ -27,15 +27,14 @@ from typing import Any, Callable, Dict, List, Optional
 
 from omegaconf import OmegaConf
 
-from fedbench.engine.simulation import CohortRequest
+from fedbench.engine.simulation import CohortRequest, Simulation
 from fedbench.runs import Interrupted, StopSignals
 from fedbench.training.cohort import CohortTrainer
 
 
-def pack_key(request: CohortRequest) -> Optional[tuple]:
+def pack_key(sim: Simulation) -> Optional[tuple]:
     """What the jobs of one pack share (the model and its numerics, the data's shapes, the local optimizer's
     momentum and weight decay, the cohort and pack sizes); None for a job the cohort runner does not run."""
-    sim = request.sim
     if not isinstance(sim.cohort, CohortTrainer):
         return None
     cfg, data = sim.cfg, sim.data
@@ -75,7 +74,7 @@ class Packer:
                 break
             if not self._advance(job, None, first=True):
                 continue
-            key = pack_key(job.request)
+            key = pack_key(job.request.sim)
             if key is None:  # another runner (worker processes): on its own, to its end
                 while self._advance(job, job.request.compute()):
                     pass

@@ -1,8 +1,8 @@
 """Client runners: run local steps of the one persistent ``LocalModule`` from a given starting point.
 
 ``ThinRunner`` drives the module's ``training_step`` / ``on_before_optimizer_step`` with a plain loop and the
-SGD step of ``configure_optimizers`` written out (momentum buffers fresh per client). ``LightningRunner`` runs the same module under a fresh ``lightning.Trainer`` per client, for checking.
-Both perform exactly the same floating-point operations on the same batches, hooks included.
+SGD step of ``configure_optimizers`` written out (momentum buffers fresh per client). ``LightningRunner`` runs the
+same module under a fresh ``lightning.Trainer`` per client, for checking. Both perform exactly the same floating-point operations on the same batches, hooks included.
 """
 
 from __future__ import annotations

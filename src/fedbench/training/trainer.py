@@ -46,15 +46,10 @@ class ClientTrainer:
         gen = torch_rng(self.seed, self._occurrence(client, purpose), rc.round, client)
         return self.data.client_batches(client, steps, batch_size or self.batch_size, gen)
 
-    def batch_indices(self, rc: RoundContext, client: int, steps: int, batch_size: Optional[int] = None,
-                      purpose: str = "batches") -> tuple:
-        """What ``batches`` would gather, as (indices into the data, batch size): the same stream and counters."""
-        gen = torch_rng(self.seed, self._occurrence(client, purpose), rc.round, client)
-        return self.data.client_indices(client, steps, batch_size or self.batch_size, gen)
-
     def batch_indices_of(self, rc: RoundContext, entries: list, purpose: str = "batches") -> list:
-        """``batch_indices`` of every (client, steps, batch size or None) of ``entries``, in order, with the streams'
-        seeds derived together (``fedbench.rng.derive_seeds``): the same indices, counters and streams."""
+        """What ``batches`` would gather for every (client, steps, batch size or None) of ``entries``, in order, as
+        (indices into the data, batch size): the same streams and counters, the streams' seeds derived together
+        (``fedbench.rng.derive_seeds``)."""
         purposes = [self._occurrence(c, purpose) for c, _, _ in entries]
         seeds = np.empty(len(entries), dtype=np.int64)
         for name in set(purposes):

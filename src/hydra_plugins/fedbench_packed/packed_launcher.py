@@ -8,6 +8,7 @@ when it is set up, before it has run.
 """
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, List, Sequence
 
 from hydra.core.config_store import ConfigStore
@@ -35,8 +36,6 @@ class PackedLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from pathlib import Path
-
         from fedbench.cli import job_steps
         from fedbench.pack import Job, Packer
         from fedbench.runs import StopSignals
