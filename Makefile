@@ -9,7 +9,7 @@ DOCS_STAMP := $(VENV)/.docs-$(shell cksum requirements-docs.txt | cut -d' ' -f1)
 FMNIST_DEBIAN := /usr/share/datasets/fashion-mnist
 ARGS ?=
 
-.PHONY: run test test-slow bench report fmnist cluster docs clean
+.PHONY: run test test-slow bench report reproduce fmnist cluster docs clean
 
 $(STAMP): requirements.txt setup.cfg
 	@test -x $(PYTHON) || $(PY) -m venv $(VENV)
@@ -55,6 +55,14 @@ test-slow: $(STAMP) $(CLUSTER_STAMP) fmnist
 
 bench: $(STAMP) fmnist
 	$(PYTHON) scripts/bench.py $(ARGS)
+
+# make reproduce PAPER=wang22|mimic|fedsrc|fedamd|gradma [SCALE=small|full] [ARGS="--section periodic"]: a paper's
+# comparisons of docs/reproductions.md end to end through fedbench-tune; rerunning continues them.
+PAPER ?=
+SCALE ?= small
+reproduce: $(STAMP) fmnist
+	@test -n "$(PAPER)" || (echo "make reproduce: set PAPER to one of wang22, mimic, fedsrc, fedamd, gradma"; exit 2)
+	$(PYTHON) scripts/reproduce.py $(PAPER) --scale $(SCALE) $(ARGS)
 
 # make report DIR=outputs/multirun/<date>/<time> [ARGS="--targets 0.7 0.8"]
 report: $(STAMP)

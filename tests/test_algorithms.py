@@ -10,6 +10,7 @@ import torch
 
 from fedbench.algorithms import ALGORITHMS, AlgoContext, ClientUpdate, RoundContext
 from fedbench.algorithms.fedprox import ProxHook
+from fedbench.errors import ConfigError
 from fedbench.training.client_state import ClientStateStore
 from fedbench.training.schedule import lr_at
 from fedbench.participation import RoundParticipation
@@ -266,6 +267,10 @@ def test_wait_algorithm_options_are_the_modes_at_the_warmup_learning_rate(tiny_c
     torch.testing.assert_close(mode, option, rtol=0, atol=0)
     sim = make_sim(tiny_cfg("algo=wait_full", *args), tmp_path / "full")
     assert [sim.algo.local_options(RoundContext(t, 0.1, None), 0).get("lr") for t in (0, 3)] == [0.3, 0.3]
+    sim = make_sim(tiny_cfg("algo=wait_full", "algo.wait_lr=0.02", *args), tmp_path / "wait_lr")
+    assert [sim.algo.local_options(RoundContext(t, 0.1, None), 0).get("lr") for t in (0, 3)] == [0.3, 0.02]
+    with pytest.raises(ConfigError, match="algo.wait_lr"):  # amplified runs never train at it
+        make_sim(tiny_cfg("algo=amplified_fedavg", "algo.wait_lr=0.02", *args), tmp_path / "amplified")
 
 
 # ---- learning-rate schedules ------------------------------------------------------------------------------------

@@ -113,6 +113,20 @@ def test_ties_go_to_the_smaller_step_and_diverged_trials_score_worst(tmp_path):
     assert choose([{**trials[0], "score": (-math.inf, -math.inf)}], ["client.lr"]) is None
 
 
+def test_a_method_whose_trials_all_score_the_same_is_flagged(tmp_path):
+    def outcome(p):  # fedavg's score does not depend on the searched step (a key that does not reach it), mifa's does
+        return "completed", [0.5, 0.8 if p["algo"] == "fedavg" else 0.5 + float(p["client.lr"])], [0.7, 0.7]
+
+    said = []
+    Tuning(plan(trials=3), tmp_path, fake_launcher(tmp_path, outcome, []), echo=said.append).select()
+    record = json.loads((tmp_path / "selection.json").read_text())["methods"]
+    assert record["fedavg"]["warning"] == ("all 3 trials scored the same: the searched keys (client.lr) may not "
+                                           "reach fedavg")
+    assert "warning" not in record["mifa"]
+    assert [s for s in said if "warning" in s] == [f"fedbench-tune: warning: fedavg: {record['fedavg']['warning']}; "
+                                                   "check its space (tune_space in the preset, or --space)"]
+
+
 def test_an_algorithm_without_a_completed_trial_runs_no_finals_and_fails_the_command(tmp_path):
     def outcome(p):
         return ("failed" if p["algo"] == "mifa" else "completed"), [0.6], [0.6]

@@ -10,8 +10,10 @@ Baselines of §1.6 (experimental variant, note §6.14), after warm-up:
 ``wait_minibatch``: every P rounds all N clients, ignoring availability, run I local steps of minibatches from
 the current model and their deltas are averaged (eta = 1); the P - 1 rounds in between only wait.
 ``wait_full``: the same with each local step on the client's whole local dataset.
-Both train at ``warmup_lr`` after warm-up too (the paper's wait-* runs use eta = 1 and gamma = the warm-up learning
-rate, note §6.14); the presets ``algo=wait_minibatch`` and ``algo=wait_full`` set ``mode``, so one sweep compares them.
+Both train at ``wait_lr`` after warm-up, ``warmup_lr`` when unset (the paper's wait-* runs use eta = 1 and its grid
+search's winner gamma = the warm-up learning rate, note §6.14, Table D.1); ``wait_lr`` is their searched step in
+``fedbench-tune`` (``client.lr`` does not reach them). The presets ``algo=wait_minibatch`` and ``algo=wait_full`` set
+``mode``, so one sweep compares them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 import torch
 
 from fedbench.algorithms.base import ALGORITHMS, AlgoConfig, Aggregation, Algorithm
+from fedbench.errors import ConfigError
 from fedbench.participation.base import RoundParticipation
 from fedbench.options import option
 
@@ -47,10 +50,14 @@ class AmplifiedFedAvg(Algorithm):
         warmup_rounds: int = 0
         warmup_lr: Optional[float] = option(None, gt=0)  # null: client.lr
         mode: Mode = Mode.amplified
+        wait_lr: Optional[float] = option(None, gt=0)  # the wait modes' step after warm-up; null: warmup_lr
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.mode = Mode(cfg.mode)
+        if cfg.wait_lr is not None and self.mode == Mode.amplified:
+            raise ConfigError("algo.wait_lr", "only the wait modes (algo=wait_minibatch, wait_full) train at it.",
+                              "leave it unset (null) for amplified runs; their step after warm-up is client.lr.")
         self.u = self.declare("window_update", torch.zeros(ctx.dim, device=ctx.device))
 
     def _window_end(self, t: int) -> bool:
@@ -70,7 +77,9 @@ class AmplifiedFedAvg(Algorithm):
     def local_options(self, rc, client):
         warm = rc.round < self.cfg.warmup_rounds
         options = {}
-        if (warm or self.mode != Mode.amplified) and self.cfg.warmup_lr is not None:
+        if not warm and self.mode != Mode.amplified and self.cfg.wait_lr is not None:
+            options["lr"] = self.cfg.wait_lr
+        elif (warm or self.mode != Mode.amplified) and self.cfg.warmup_lr is not None:
             options["lr"] = self.cfg.warmup_lr
         if self.mode == Mode.wait_full and not warm:
             options["batch_size"] = int(self.ctx.sizes[client])

@@ -219,6 +219,12 @@ class Tuning:
                                                      "score": _json_score(pick["score"])}}
             if pick is None:
                 self.failed.append(f"method {method} (no trial completed)")
+            scores = {tuple(t["score"]) for t in trials}
+            if len(trials) > 1 and len(scores) == 1 and pick is not None:
+                record[method]["warning"] = (f"all {len(trials)} trials scored the same: the searched keys "
+                                             f"({', '.join(d.key for d in dims)}) may not reach {method}")
+                self.echo(f"fedbench-tune: warning: {method}: {record[method]['warning']}; check its space "
+                          "(tune_space in the preset, or --space)")
         selection = {"select": str(self.rule), "selects": self.rule.describe(), "sampler": self.plan.sampler,
                      "budget": self.plan.trials, "tune_seeds": self.plan.tune_seeds, "seeds": self.plan.seeds,
                      "val_fraction": self.plan.val_fraction, "overrides": self.plan.overrides,

@@ -1,0 +1,172 @@
+"""Rerun a paper's comparison of docs/reproductions.md end to end through ``fedbench-tune``.
+
+    python scripts/reproduce.py PAPER [--scale small|full|tiny] [--section NAME ...] [--out DIR] [--dry-run]
+                                [Hydra overrides shared by every job, e.g. hydra/launcher=joblib]
+    make reproduce PAPER=wang22 [SCALE=small|full] [ARGS="--section periodic"]
+
+Each section is one ``fedbench-tune`` command on the paper's preset (``<experiment>_small`` at ``small``, the
+preset itself at ``full``): every method gets the same number of trials from its search space (the paper's grid where
+the preset declares one), selection on the validation split, then the final seeds; the tuning directory's
+``selection.json`` and ``report/`` (``fedbench-report``: tables, paired comparisons, curves) are the section's
+evidence. The directory is ``<out>/<paper>/<scale>/<section>``, so rerunning the same command continues it: finished
+trials and final runs are skipped.
+
+``tiny`` shrinks the small presets to seconds (the first two methods, two trials, final seeds 0 and 1): it checks
+the pipeline end to end (the slow tests run it), never a ranking.
+
+The launcher is each section's choice for a 2-core CPU (``packed`` for MLP models, two joblib workers of one thread
+for convolutional ones); a ``hydra/launcher=...`` override replaces it (e.g. on a GPU machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+SCALES = ("small", "full", "tiny")
+#: launchers for a 2-core CPU: MLPs pack into one batched program, convolutional jobs run two at a time
+LAUNCHERS = {
+    "packed": ["hydra/launcher=packed"],
+    "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+}
+#: per-job overrides of every section (csv logs; at small scale a job is minutes, restarted whole on a rerun)
+COMMON = {"small": ["logger=csv", "checkpoint_every=0"], "full": ["logger=csv"], "tiny": ["logger=csv",
+                                                                                          "checkpoint_every=0"]}
+
+
+@dataclass
+class Section:
+    """One comparison: the methods (``key`` = ``algo`` for ``--algos``, else ``--compare key=...``), the trials per
+    method, the final seeds at each scale, the section's own overrides, and how ``tiny`` shrinks it."""
+
+    name: str
+    experiment: str  # the small preset; full drops "_small"
+    key: str
+    methods: List[str]
+    trials: int
+    seeds: Dict[str, str]
+    overrides: List[str] = field(default_factory=list)
+    launcher: str = "joblib"
+    tiny: List[str] = field(default_factory=list)
+    paper: str = ""
+
+    def command(self, scale: str, out: Path, extra: List[str]) -> Tuple[List[str], Path]:
+        experiment = self.experiment[: -len("_small")] if scale == "full" else self.experiment
+        methods, trials, seeds = self.methods, self.trials, self.seeds.get(scale, "0,1")
+        overrides = [f"experiment={experiment}", *COMMON[scale], *self.overrides]
+        if scale == "tiny":
+            methods, trials, overrides = methods[:2], 2, [*overrides, *self.tiny]
+        which = (["--algos", ",".join(methods)] if self.key == "algo"
+                 else ["--compare", f"{self.key}={','.join(methods)}"])
+        launcher = [] if any(e.startswith("hydra/launcher=") for e in extra) else LAUNCHERS[self.launcher]
+        if launcher == LAUNCHERS["joblib"]:
+            overrides.append("engine.num_threads=1")
+        directory = out / self.paper / scale / self.name
+        return ([sys.executable, "-m", "fedbench.tune.cli", *overrides, *which, "--trials", str(trials),
+                 "--tune-seeds", "100", "--seeds", seeds, "--dir", str(directory), *launcher, *extra], directory)
+
+
+MIMIC = ["fedavg", "fedprox", "scaffold", "mifa", "mimic"]
+MIMIC_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.max_per_client=60"]
+LENET_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=20"]
+
+PAPERS: Dict[str, List[Section]] = {
+    "wang22": [
+        Section("periodic", "wang22_fmnist_periodic_small", "algo",
+                ["amplified_fedavg", "no_amplification", "wait_minibatch", "wait_full"], trials=5,
+                seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, launcher="packed",
+                tiny=["rounds=6", "eval_every=2", "partition.num_clients=20"]),
+    ],
+    "mimic": [
+        Section("roundrobin", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, tiny=MIMIC_TINY),
+        Section("roundrobin_tau10", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["participation.availability.tau_max=10"],
+                tiny=MIMIC_TINY),
+        Section("roundrobin_tau5", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["participation.availability.tau_max=5"],
+                tiny=MIMIC_TINY),
+        Section("timevarying", "mimic_fmnist_timevarying_small", "algo", MIMIC, trials=7,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, tiny=MIMIC_TINY),
+        Section("static", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
+                seeds={"small": "0,1,2", "full": "0,1,2"},
+                overrides=["participation=bernoulli", "participation.availability.prob=0.1"], tiny=MIMIC_TINY),
+    ],
+    "fedsrc": [
+        Section("synthetic", "fedsrc_synthetic_small", "participation/selection",
+                ["uniform", "md", "fedsrc_g_oracle", "fedsrc_d_oracle", "power_of_choice"], trials=7,
+                seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, tiny=["rounds=3", "eval_every=1"]),
+        Section("fmnist", "fedsrc_fmnist_small", "participation/selection",
+                ["uniform", "fedsrc_d", "fedsrc_g", "fedsrc_d_oracle", "fedsrc_g_oracle", "md", "cluster",
+                 "power_of_choice"], trials=4, seeds={"small": "0,1,2", "full": "0,1,2"}, launcher="packed",
+                tiny=["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=30"]),
+    ],
+    "fedamd": [
+        Section("a20", "fedamd_fmnist_small", "algo", ["fedamd", "fedavg", "scaffold", "fedpage", "bvr_l_sgd"],
+                trials=18, seeds={"small": "0,1,2", "full": "0,1,2"},
+                tiny=[*LENET_TINY, "participation.selection.clients_per_round=4"]),
+    ],
+    "gradma": [
+        Section("dir0.01", "gradma_cifar10_dir0.01_small", "algo",
+                ["gradma", "fedavg", "gradma_w", "gradma_s", "fedavgm", "mifa", "moon", "feddyn", "mimelite",
+                 "fedmlb"], trials=9, seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"],
+                tiny=[*LENET_TINY, "participation.selection.clients_per_round=4"]),
+        Section("dir0.1", "gradma_cifar10_dir0.01_small", "algo",
+                ["gradma", "fedavg", "gradma_w", "gradma_s", "fedavgm", "mifa", "moon", "feddyn", "mimelite",
+                 "fedmlb"], trials=9, seeds={"small": "0,1,2", "full": "0,1,2"},
+                overrides=["dataset=fmnist", "partition.alpha=0.1"],
+                tiny=[*LENET_TINY, "participation.selection.clients_per_round=4"]),
+    ],
+}
+for _paper, _sections in PAPERS.items():
+    for _s in _sections:
+        _s.paper = _paper
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paper", choices=sorted(PAPERS), help="the paper whose comparisons to rerun")
+    p.add_argument("--scale", choices=SCALES, default="small", help="small presets (default), the full presets, "
+                   "or tiny (a seconds-long check of the pipeline)")
+    p.add_argument("--section", action="append", default=[], help="only these sections (repeatable)")
+    p.add_argument("--out", type=Path, default=ROOT / "outputs" / "reproduce", help="where the tuning directories go")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    return p
+
+
+def main(argv=None) -> int:
+    args, extra = parser().parse_known_args(argv)
+    sections = PAPERS[args.paper]
+    names = [s.name for s in sections]
+    unknown = [n for n in args.section if n not in names]
+    if unknown:
+        print(f"reproduce.py: unknown --section '{unknown[0]}' for {args.paper}. Allowed: {', '.join(names)}.",
+              file=sys.stderr)
+        return 2
+    bad = [e for e in extra if e.startswith("-")]
+    if bad:
+        print(f"reproduce.py: unknown option '{bad[0]}'. Pass Hydra overrides as key=value.", file=sys.stderr)
+        return 2
+    status = 0
+    for section in sections:
+        if args.section and section.name not in args.section:
+            continue
+        cmd, directory = section.command(args.scale, args.out.resolve(), extra)
+        print(f"== {args.paper}/{section.name} ({args.scale}): fedbench-tune {shlex.join(cmd[3:])}", flush=True)
+        if args.dry_run:
+            continue
+        rc = subprocess.run(cmd, cwd=ROOT).returncode
+        print(f"== {args.paper}/{section.name}: {'done' if rc == 0 else f'exit status {rc}'}; "
+              f"report in {directory / 'report'}", flush=True)
+        status = status or rc
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""scripts/reproduce.py: every paper's smallest comparison runs end to end through fedbench-tune at tiny scale and
+writes the report's files (slow); every section of every paper composes at small and full scale (its plan is what
+fedbench-tune checks before any job)."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+spec = importlib.util.spec_from_file_location("reproduce", ROOT / "scripts" / "reproduce.py")
+reproduce = sys.modules.setdefault("reproduce", importlib.util.module_from_spec(spec))
+spec.loader.exec_module(reproduce)
+
+
+def _plan(cmd):
+    """fedbench-tune's own plan of a reproduce command (every method composed and checked, spaces resolved)."""
+    from fedbench.config import register_configs
+    from fedbench.tune import cli
+
+    register_configs()
+    args = cli.parser().parse_intermixed_args(cmd[3:])
+    key, values = cli.methods(args)
+    task, hydra_args = cli._split(args.overrides, key)
+    return cli.make_plan(args, key, values, task, hydra_args)
+
+
+@pytest.mark.parametrize("scale", ["small", pytest.param("full", marks=pytest.mark.slow)])
+def test_every_section_composes_with_a_space_for_every_method(tmp_path, scale):
+    for paper, sections in reproduce.PAPERS.items():
+        for section in sections:
+            cmd, directory = section.command(scale, tmp_path, [])
+            assert directory == tmp_path / paper / scale / section.name
+            plan = _plan(cmd)
+            assert plan.methods == section.methods and plan.trials == section.trials
+            assert all(plan.spaces[m] for m in plan.methods), (paper, section.name)
+            assert set(plan.seeds).isdisjoint(plan.tune_seeds)
+
+
+def test_a_launcher_override_replaces_the_sections_and_bad_arguments_are_refused(capsys):
+    cmd, _ = reproduce.PAPERS["mimic"][0].command("small", ROOT, ["hydra/launcher=basic"])
+    assert [c for c in cmd if c.startswith("hydra/launcher=")] == ["hydra/launcher=basic"]
+    assert "hydra.launcher.n_jobs=2" not in cmd
+    assert reproduce.main(["mimic", "--section", "nope", "--dry-run"]) == 2
+    assert "Allowed: roundrobin, roundrobin_tau10" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        reproduce.main(["nope"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("paper", sorted(reproduce.PAPERS))
+def test_each_papers_smallest_comparison_runs_through_fedbench_tune(tmp_path, paper):
+    section = reproduce.PAPERS[paper][0]
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce.py"), paper, "--scale", "tiny",
+                           "--section", section.name, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    root = tmp_path / paper / "tiny" / section.name
+    selection = json.loads((root / "selection.json").read_text())
+    methods = section.methods[:2]
+    assert sorted(selection["methods"]) == sorted(methods)
+    assert {m: selection["methods"][m]["trials_run"] for m in methods} == {m: 2 for m in methods}
+    finals = sorted(p.parent for p in (root / "final").rglob("summary.json"))
+    assert len(finals) == 4 and all(json.loads((p / "summary.json").read_text())["status"] == "completed"
+                                    for p in finals)
+    report = root / "report"
+    for name in ("index.html", "results.md", "comparisons.md", "curves_round.png"):
+        assert (report / name).is_file() and (report / name).stat().st_size > 0, name
+    assert all(m in (report / "comparisons.md").read_text() for m in methods)
