@@ -29,6 +29,11 @@ class ParticipationConfig:
     min_available: int = 0  # top up rounds with fewer available clients at random (MimiC code uses 2)
     inclusion_samples: int = option(2000, ge=100)  # Monte-Carlo draws for inclusion probabilities without closed form
     probabilities_every: int = option(10, ge=1)  # rounds between selection-probability vectors in participation.npz
+    # the simulated clock (sim_time_s), kept when a layer replays device time (availability=device_trace,
+    # dropout=device_capacity): a round lasts what the dropout model times, or round_seconds where it times nothing
+    # (another dropout model, or no client selected), plus the server's overhead
+    round_seconds: float = option(60.0, gt=0)
+    server_overhead_s: float = option(0.0, ge=0)
 
 
 class ClientRunner(Enum):

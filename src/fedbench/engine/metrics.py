@@ -45,7 +45,9 @@ class EvalRecord:
     """An evaluation of the global model after round ``round``: the mean training loss since the previous one,
     test loss and accuracy, the rounds' wall time so far, the cost counters' totals and, with
     ``engine.eval_train``, the global model's loss and accuracy on the whole training set and, with
-    ``data.val_fraction``, on the server's validation set. A field's ``label`` is how a report names it."""
+    ``data.val_fraction``, on the server's validation set, and, under a participation process on the simulated clock
+(``device_trace``, ``device_capacity``), the simulated seconds so far. A field's ``label`` is how a report names
+it."""
 
     round: int = _column("rounds")
     selected: int = _column("selected clients")
@@ -63,6 +65,7 @@ class EvalRecord:
     global_train_acc: Optional[float] = _column("global training accuracy", default=None)
     val_loss: Optional[float] = _column("validation loss", default=None)
     val_acc: Optional[float] = _column("validation accuracy", default=None)
+    sim_time_s: Optional[float] = _column("simulated time (s)", default=None)
 
     def row(self) -> Dict[str, Any]:
         """The CSV row (the optional training-set columns only when evaluated)."""
@@ -73,7 +76,7 @@ class EvalRecord:
         return cls(**row)
 
 
-OPTIONAL = ("global_train_loss", "global_train_acc", "val_loss", "val_acc")
+OPTIONAL = ("global_train_loss", "global_train_acc", "val_loss", "val_acc", "sim_time_s")
 #: columns computed from others when a run is read: name -> (label, the columns summed)
 DERIVED = {"floats": ("floats communicated", ("floats_up", "floats_down"))}
 #: what a report draws: these curves of ``metrics.csv`` against these cost axes

@@ -91,7 +91,8 @@ class Simulation:
         self.trainer.buffers = self.buffers
         n = self.data.num_clients
         self.participation = ParticipationProcess(cfg.participation, LayerContext(
-            n, seed, cfg.rounds, cfg.client.local_steps, self.data.sizes, self.data.attrs))
+            n, seed, cfg.rounds, cfg.client.local_steps, self.data.sizes, self.data.attrs,
+            model_bytes=self.x.numel() * self.x.element_size(), batch_size=cfg.client.batch_size))
         self._refuse_degenerate()
         state_dir = cfg.engine.client_state_dir
         self.store = ClientStateStore(n, self.device, cfg.engine.client_state.value,
@@ -396,7 +397,8 @@ class Simulation:
         def reached(hit):
             return None if hit is None else {
                 "round": hit.round, "grad_evals": hit.grad_evals, "floats_up": hit.floats_up,
-                "floats_down": hit.floats_down, "floats": hit.floats_up + hit.floats_down}
+                "floats_down": hit.floats_down, "floats": hit.floats_up + hit.floats_down,
+                **({"sim_time_s": hit.sim_time_s} if hit.sim_time_s is not None else {})}
 
         targets = {f"{v:g}": reached(next((h for h in history if h.test_acc >= v), None)) for v in self.cfg.targets}
         loss_targets = {f"{v:g}": reached(next((h for h in history if h.global_train_loss <= v), None))
@@ -423,6 +425,7 @@ class Simulation:
             "aggregation": audit.summary(self) if audit else None,
             "wall_time_s": wall,
             "rounds_per_s": rounds_done / wall if wall > 0 else None,
+            "sim_time_s": self.participation.clock.now if self.participation.clocked else None,
             **self.trainer.cost.totals(),
             "init_cost": self.init_cost,
             "num_parameters": self.dim,

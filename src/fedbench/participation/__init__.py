@@ -12,6 +12,8 @@ from fedbench.participation import sampling as _sampling  # noqa: F401
 from fedbench.participation import fedsrc as _fedsrc  # noqa: F401
 from fedbench.participation import cluster as _cluster  # noqa: F401
 from fedbench.participation import power_of_choice as _power_of_choice  # noqa: F401
+from fedbench.participation import device_trace as _device_trace  # noqa: F401
+from fedbench.participation import device_capacity as _device_capacity  # noqa: F401
 from fedbench.participation.process import ParticipationProcess
 
 LAYERS = {"availability": AVAILABILITY, "selection": SELECTION, "dropout": DROPOUT}

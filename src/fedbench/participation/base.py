@@ -56,6 +56,14 @@ class LayerConfig:
 
 
 @dataclass
+class SimClock:
+    """The simulated clock (FedScale's): seconds since the run started, at the start of the round being drawn.
+    The process advances it by each round's duration; layers that replay device traces read it."""
+
+    now: float = 0.0
+
+
+@dataclass
 class LayerContext:
     """What a layer may know about the federation when it is built."""
 
@@ -67,6 +75,11 @@ class LayerContext:
     attrs: Mapping[str, np.ndarray] = field(default_factory=dict)  # per-client attributes of the partition
     #: Long-run P(available) per client, filled in once the availability layer exists (for correlated dropout).
     long_run_availability: Optional[np.ndarray] = None
+    model_bytes: int = 0  # the model's size as sent each way (device_capacity's transfer time)
+    batch_size: int = 1  # samples per local step (device_capacity's compute time)
+    clock: SimClock = field(default_factory=SimClock)
+    #: each client's device id, set by an availability layer that replays devices (``device_trace``)
+    devices: Optional[list] = None
 
     def rng(self, purpose: str) -> np.random.Generator:
         """A stream for draws made once per run (offsets, periods, weights), keyed by (seed, purpose)."""
@@ -106,9 +119,15 @@ class Availability(Layer):
 
     deterministic = False
     independent = False
+    uses_clock = False  # the mask depends on the simulated clock (the process then times its rounds)
 
     def mask(self, t: int, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError
+
+    def online_for(self) -> Optional[np.ndarray]:
+        """Seconds each client stays online from the clock's ``now`` (0 where offline), or None where the process
+        has no notion of time within a round (a client available at its start stays so to its end)."""
+        return None
 
     def prob(self, t: int) -> Optional[np.ndarray]:
         """Marginal P(client i available in round t), or None where the process does not define it in closed form.
@@ -205,7 +224,20 @@ class Dropout(Layer):
     """
 
     p_complete: np.ndarray
+    uses_clock = False  # rounds are timed: ``duration()`` says how long the round just applied lasted
+    overcommit = 1.0  # > 1: selection draws ceil(overcommit x S) clients and the first ``keep`` = S finishers count
+    keep = 0
+    availability: Optional[Availability] = None  # set by the process (a timed model asks it who stays online)
 
     def apply(self, t: int, selected: np.ndarray, steps: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Return (completed mask, local steps per entry)."""
         raise NotImplementedError
+
+    def completion(self, t: int, available: np.ndarray, selection: "Selection") -> tuple[np.ndarray, bool]:
+        """P(a selected entry of client i completes) in round t (N,), and whether it is exact (the factor of the
+        Horvitz-Thompson denominator after selection); a fixed-rate model's is ``p_complete``."""
+        return self.p_complete, True
+
+    def duration(self) -> Optional[float]:
+        """Simulated seconds the round just applied lasted, or None for a model that does not time rounds."""
+        return None

@@ -7,18 +7,26 @@ selection rules, which look at the updates, break this on purpose.
 Expected counts E[m_i] (the Horvitz-Thompson denominators) are
 
 * exact when round t's availability is fixed in advance (``always``, ``periodic``, ``round_robin_dropout``,
-  ``trace``, and round 0 under ``first_round_full``): E[count | A_t] x P(complete);
+  ``trace``, ``device_trace`` given the clock, and round 0 under ``first_round_full``): E[count | A_t] x
+  P(complete), the dropout model's P(complete | selected) of the round (``Dropout.completion``);
 * exact for ``selection=all`` when the availability marginal is known: P(available) x P(complete);
 * otherwise Monte-Carlo estimates over ``inclusion_samples`` draws of the round's availability law. For
   independent clients (``bernoulli``, ``markov``, ``sinusoidal``) the estimator is Rao-Blackwellized,
   p_i(t) E[count_i | A with i available], which is positive and has low variance. Estimates are cached per law.
+
+Under ``availability=device_trace`` or ``dropout=device_capacity`` the process keeps a simulated clock
+(``LayerContext.clock``, part of its state): round t is drawn at the clock's time, and the clock then advances by
+the round's duration (``Dropout.duration``, or ``round_seconds``) plus ``server_overhead_s``.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from typing import Any, Optional
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from fedbench.errors import require
 from fedbench.participation.base import (AVAILABILITY, DROPOUT, SELECTION, ClientOracle, LayerContext,
@@ -38,8 +46,12 @@ class ParticipationProcess:
         self.local_steps = ctx.local_steps
         self.availability = AVAILABILITY.get_class(cfg.availability.kind)(cfg.availability, ctx)
         ctx.long_run_availability = np.asarray(self.availability.long_run(), dtype=np.float64)
-        self.selection = SELECTION.get_class(cfg.selection.kind)(cfg.selection, ctx)
         self.dropout = DROPOUT.get_class(cfg.dropout.kind)(cfg.dropout, ctx)
+        self.dropout.availability = self.availability
+        self.selection = SELECTION.get_class(cfg.selection.kind)(self._selection_cfg(cfg), ctx)
+        self.clock = ctx.clock
+        #: rounds are placed on the simulated clock (``sim_time_s``) when a layer replays time
+        self.clocked = self.availability.uses_clock or self.dropout.uses_clock
         require(0 <= cfg.min_available <= n, "participation.min_available",
                 f"{cfg.min_available} is not between 0 and the number of clients ({n}).",
                 f"use 0 (no fallback) up to {n}.")
@@ -51,6 +63,25 @@ class ParticipationProcess:
         self._trace = self._allocate(min(max(ctx.rounds, 1), 1024))  # grown as rounds are drawn
         self._cache: dict[bytes, np.ndarray] = {}
 
+    def _selection_cfg(self, cfg: Any) -> Any:
+        """The selection's config; under over-commitment it draws ceil(overcommit x S) clients and the dropout
+        keeps the first S to finish."""
+        factor = self.dropout.overcommit
+        if factor == 1.0:
+            return cfg.selection
+        s = OmegaConf.select(cfg.selection, "clients_per_round")
+        require(s is not None, "participation.dropout.overcommit",
+                f"{factor:g} needs a selection of S clients a round; selection={cfg.selection.kind} has none.",
+                "use a selection with clients_per_round (e.g. uniform), or overcommit=1.")
+        drawn = math.ceil(factor * s - 1e-9)
+        require(drawn <= self.num_clients, "participation.dropout.overcommit",
+                f"{factor:g} x {s} clients a round asks for {drawn} of {self.num_clients} clients.",
+                f"lower participation.selection.clients_per_round or the factor (at most {self.num_clients / s:.3g}).")
+        self.dropout.keep = int(s)
+        out = copy.deepcopy(cfg.selection)
+        out.clients_per_round = drawn
+        return out
+
     def _allocate(self, rounds: int) -> dict[str, np.ndarray]:
         """Dense rounds x clients arrays filled as rounds are drawn (compact dtypes; grown if more rounds come)."""
         n = self.num_clients
@@ -61,6 +92,7 @@ class ParticipationProcess:
             "local_steps": np.zeros((rounds, n), dtype=np.int32),
             "expected_count": np.zeros((rounds, n), dtype=np.float32),
             "expected_exact": np.zeros(rounds, dtype=bool),
+            "sim_time_s": np.zeros(rounds, dtype=np.float64),  # the clock at the round's end
         }
 
     def _record(self, rp: RoundParticipation) -> None:
@@ -77,6 +109,7 @@ class ParticipationProcess:
         np.add.at(tr["local_steps"][t], rp.completed_ids, rp.completed_steps)
         tr["expected_count"][t] = rp.expected_count
         tr["expected_exact"][t] = rp.expected_exact
+        tr["sim_time_s"][t] = self.clock.now
 
     def _rng(self, layer: str, t: int) -> np.random.Generator:
         return numpy_rng(self.seed, f"participation/{layer}", t)
@@ -98,15 +131,15 @@ class ParticipationProcess:
 
     def _expected(self, t: int, raw: np.ndarray, first_full: bool) -> tuple[np.ndarray, bool]:
         avail, sel = self.availability, self.selection
-        p_complete = self.dropout.p_complete
-        exact = sel.exact_expected and not sel.biased
+        p_complete, exact_complete = self.dropout.completion(t, raw, sel)
+        exact = sel.exact_expected and not sel.biased and exact_complete
         if first_full:
             return sel.expected(np.ones((1, self.num_clients), dtype=bool))[0] * p_complete, exact
         if avail.deterministic and raw.sum() >= self.cfg.min_available:
             return sel.expected(raw[None])[0] * p_complete, exact
         prob = avail.prob(t)
         if isinstance(sel, All) and prob is not None and self.cfg.min_available == 0:
-            return prob * p_complete, True
+            return prob * p_complete, exact_complete
         key = b"" if prob is None else prob.tobytes()
         if sel.adaptive or key not in self._cache:
             rng, m = self._rng("inclusion", t), self.cfg.inclusion_samples
@@ -137,6 +170,10 @@ class ParticipationProcess:
         completed, steps = self.dropout.apply(t, selected, self.local_steps, self._rng("dropout", t))
         expected, exact = self._expected(t, raw, first_full)
         rp = RoundParticipation(t, available, selected, completed, steps, expected, expected_exact=exact)
+        if self.clocked:
+            seconds = self.dropout.duration()
+            self.clock.now += (self.cfg.round_seconds if seconds is None else seconds) + self.cfg.server_overhead_s
+            self._stats = {**self._stats, "sim_time_s": self.clock.now}
         self._record(rp)
         self.drawn, self.last = t + 1, rp
         return rp
@@ -168,6 +205,7 @@ class ParticipationProcess:
         snapshots and each layer's declared state (``Layer.state_attrs``)."""
         return {
             "drawn": self.drawn,
+            "clock": self.clock.now,
             "trace": {k: v[: self.drawn].copy() for k, v in self._trace.items()},
             "cache": [[k, v.copy()] for k, v in self._cache.items()],
             "probabilities": [[t, p.copy()] for t, p in self._probabilities],
@@ -176,6 +214,7 @@ class ParticipationProcess:
 
     def load_state_dict(self, state: dict) -> None:
         self.drawn = int(state["drawn"])
+        self.clock.now = float(state.get("clock", 0.0))
         self._trace = self._allocate(max(min(self.ctx.rounds, 1024), self.drawn, 1))
         for k, v in state["trace"].items():
             self._trace[k][: self.drawn] = v
@@ -194,7 +233,7 @@ class ParticipationProcess:
     def trace_arrays(self) -> dict[str, np.ndarray]:
         """The drawn trace as dense rounds x clients arrays (for ``participation.npz`` and plots), plus the
         selection probabilities every ``probabilities_every`` rounds where the rule has them."""
-        out = {k: v[: self.drawn] for k, v in self._trace.items()}
+        out = {k: v[: self.drawn] for k, v in self._trace.items() if k != "sim_time_s" or self.clocked}
         rounds, ps = self.probability_snapshots()
         if rounds.size:
             out["probability_rounds"], out["probabilities"] = rounds, ps

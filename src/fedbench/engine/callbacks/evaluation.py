@@ -35,6 +35,8 @@ class Evaluation(Callback):
             ev.global_train_loss, ev.global_train_acc = sim.evaluate_train()
         if sim.data.x_val is not None:
             ev.val_loss, ev.val_acc = sim.evaluate_val()
+        if sim.participation.clocked:
+            ev.sim_time_s = sim.participation.clock.now
         self.window_losses = []
         self.history.append(ev)
         return ev
