@@ -138,9 +138,9 @@ def _read_csv(path: Path) -> Dict[str, np.ndarray]:
             raise Unreadable(f"{path.name} line {n}: {key}={bad[:40]!r} is not a number") from None
     if len(rows) and not np.all(np.diff(out["round"]) > 0):
         raise Unreadable(f"{path.name}: its rounds are not increasing (not a fedbench {path.name})")
-    for name, (_, parts) in DERIVED.items():
+    for name, (_, parts, scale) in DERIVED.items():
         if all(p in out for p in parts):
-            out[name] = sum(out[p] for p in parts)
+            out[name] = sum(out[p] for p in parts) * scale
     return out if rows else {}
 
 
@@ -340,7 +340,7 @@ def group_table(group: Group, targets: Sequence[float]) -> dict:
            "best_acc": mean_std([best_acc(r) for r in done]),
            "wall_time": mean_std([r.wall for r in done]),
            "flags": [f"{r.status} (seed {r.seed}): {r.reason or 'no reason recorded'}" for r in group.runs
-                     if r not in done], "targets": {}}
+                     if r not in done], "targets": {}, "timed": any("sim_hours" in r.metrics for r in done)}
     for t in targets:
         hit = [(r, first_reaching(r, t)) for r in done]
         hit = [(r, i) for r, i in hit if i is not None]
@@ -365,26 +365,33 @@ def _fmt(ms: tuple, digits: int = 4) -> str:
     return _num(m, digits) if math.isnan(s) else f"{_num(m, digits)} ± {_num(s, 2)}"
 
 
-def _columns(targets: Sequence[float]) -> List[str]:
+def _timed(rows: List[dict]) -> bool:
+    """Whether any group ran on the simulated clock (the tables then give simulated hours to each target)."""
+    return any(r.get("timed") for r in rows)
+
+
+def _columns(targets: Sequence[float], timed: bool = False) -> List[str]:
     cols = ["group", "seeds", "final acc", "best acc"]
     for t in targets:
-        cols += [f"rounds to {t:g}", f"grads to {t:g}", f"floats to {t:g}"]
+        cols += [f"rounds to {t:g}", f"grads to {t:g}", f"floats to {t:g}"] + ([f"sim hours to {t:g}"] if timed else [])
     return cols + ["wall s", "flags"]
 
 
-def _cells(row: dict, targets: Sequence[float]) -> List[str]:
+def _cells(row: dict, targets: Sequence[float], timed: bool = False) -> List[str]:
     cells = [row["group"], f"{row['completed']}/{row['runs']}", _fmt(row["final_acc"]), _fmt(row["best_acc"])]
     for t in targets:
         hit = row["targets"][f"{t:g}"]
         reach = f" ({hit['reached']}/{row['completed']})" if hit["reached"] < row["completed"] else ""
         cells += [_fmt(hit["round"]) + reach, _fmt(hit["grad_evals"], 3), _fmt(hit["floats"], 3)]
+        cells += [_fmt(hit["sim_hours"], 3)] if timed else []
     return cells + [_fmt(row["wall_time"], 3), "; ".join(row["flags"])]
 
 
 def markdown(rows: List[dict], targets: Sequence[float]) -> str:
-    cols = _columns(targets)
+    timed = _timed(rows)
+    cols = _columns(targets, timed)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r, targets)) + " |" for r in rows]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r, targets, timed)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -392,10 +399,11 @@ def latex(rows: List[dict], targets: Sequence[float]) -> str:
     def esc(s: str) -> str:
         return re.sub(r"([_%&#$])", r"\\\1", s).replace("±", r"$\pm$").replace("—", "--")
 
-    cols = _columns(targets)
+    timed = _timed(rows)
+    cols = _columns(targets, timed)
     out = [r"\begin{tabular}{l" + "r" * (len(cols) - 2) + "l}", r"\toprule",
            " & ".join(esc(c) for c in cols) + r" \\", r"\midrule"]
-    out += [" & ".join(esc(c) for c in _cells(r, targets)) + r" \\" for r in rows]
+    out += [" & ".join(esc(c) for c in _cells(r, targets, timed)) + r" \\" for r in rows]
     return "\n".join(out + [r"\bottomrule", r"\end{tabular}"]) + "\n"
 
 
@@ -417,6 +425,11 @@ def _curve(runs: List[Run], axis: str, metric: str) -> Optional[tuple]:
     return np.array(xs), np.array(ms), np.array(ss)
 
 
+def drawn_axes(groups: List[Group]) -> List[tuple]:
+    """The cost axes some run has (simulated time only under a participation process on the clock)."""
+    return [(axis, lb) for axis, lb in AXES if any(axis in r.metrics for g in groups for r in g.runs)]
+
+
 def plot_curves(groups: List[Group], out: Path) -> List[Path]:
     import matplotlib
 
@@ -424,7 +437,7 @@ def plot_curves(groups: List[Group], out: Path) -> List[Path]:
     import matplotlib.pyplot as plt
 
     written = []
-    for axis, axis_label in AXES:
+    for axis, axis_label in drawn_axes(groups):
         fig, axes = plt.subplots(1, len(METRICS), figsize=(5 * len(METRICS), 3.8), dpi=110)
         for ax, (metric, metric_label) in zip(axes, METRICS):
             for k, g in enumerate(groups):
@@ -565,14 +578,16 @@ def plot_profile(agg: List[dict], out: Path) -> None:
 
 def index_html(title: str, rows: List[dict], part: List[dict], targets: Sequence[float], n_runs: int,
                compared: str = "") -> str:
-    results = _html_table(_columns(targets), [[html.escape(c) for c in _cells(r, targets)] for r in rows])
+    timed = _timed(rows)
+    results = _html_table(_columns(targets, timed), [[html.escape(c) for c in _cells(r, targets, timed)] for r in rows])
     part_rows = [[html.escape(r["group"]), _fmt(r["available"], 3), _fmt(r["selected"], 3), _fmt(r["completed"], 3),
                   f'<img src="{r["trace"]}" alt="participation trace, seed {r["trace_seed"]}" width="360"{_MISSING}>'
                   if r["trace"] else "—"] for r in part]
     parts = _html_table(["group", "available / round", "selected / round", "completed / round", "trace (first seed)"],
                         part_rows)
     curves = "".join(f'<h3>against {label}</h3><img src="curves_{axis}.png" alt="curves against {label}" '
-                     f'style="max-width:100%"{_MISSING}>' for axis, label in AXES)
+                     f'style="max-width:100%"{_MISSING}>' for axis, label in AXES
+                     if axis != "sim_hours" or timed)
     style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0}"
              "td,th{border:1px solid #999;padding:4px 8px;text-align:right}td:first-child,th:first-child"
              "{text-align:left}td:last-child{text-align:left;color:#a00}")

@@ -77,11 +77,12 @@ it."""
 
 
 OPTIONAL = ("global_train_loss", "global_train_acc", "val_loss", "val_acc", "sim_time_s")
-#: columns computed from others when a run is read: name -> (label, the columns summed)
-DERIVED = {"floats": ("floats communicated", ("floats_up", "floats_down"))}
+#: columns computed from others when a run is read: name -> (label, the columns summed, a scale)
+DERIVED = {"floats": ("floats communicated", ("floats_up", "floats_down"), 1.0),
+           "sim_hours": ("simulated time (hours)", ("sim_time_s",), 1 / 3600)}
 #: what a report draws: these curves of ``metrics.csv`` against these cost axes
 CURVES = ("test_acc", "test_loss", "train_loss")
-COST_AXES = ("round", "grad_evals", "floats")
+COST_AXES = ("round", "grad_evals", "floats", "sim_hours")  # sim_hours: only runs on the simulated clock have it
 
 
 def label(column: str) -> str:
