@@ -34,6 +34,7 @@ CASES = [
     ("algo=fedavg", "participation/selection=cluster", "participation.selection.scheme=similarity"),
     ("algo=fedavg", "participation=regularized"),
     ("algo=feddyn", "participation=bernoulli"),
+    ("algo=mifa", "participation=fedscale", "participation.selection.clients_per_round=4"),  # the clock is state
 ]
 
 
