@@ -8,7 +8,7 @@ from enum import Enum
 from typing import Optional
 
 import numpy as np
-from scipy.stats import hypergeom
+from scipy.special import gammaln
 
 from fedbench.errors import ConfigError, require
 from fedbench.options import option
@@ -22,6 +22,25 @@ KEY = "participation.dropout"
 class Stragglers(Enum):
     drop = "drop"  # a client that misses the deadline returns nothing
     partial = "partial"  # it returns the local steps it did by the deadline (if still online and >= min_steps)
+
+
+def _log_choose(n: np.ndarray, k: np.ndarray) -> np.ndarray:
+    return gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
+
+
+def kept_probability(faster: np.ndarray, others: int, drawn: int, keep: int) -> np.ndarray:
+    """P(X < keep) for X ~ Hypergeometric(population ``others``, ``faster`` successes, ``drawn`` draws): the
+    chance that fewer than ``keep`` of the other selected clients finish before a selected client with ``faster``
+    faster finishers among the ``others`` available clients. A sum of ``keep`` probability masses, each
+    C(f, x) C(M - f, n - x) / C(M, n), vectorized over the clients (scipy's hypergeom.cdf per client is ~100x
+    slower at 10,000 clients)."""
+    f = faster.astype(np.float64)[None, :]
+    x = np.arange(keep, dtype=np.float64)[:, None]
+    m, n = float(others), float(drawn)
+    valid = (x <= f) & (n - x >= 0) & (n - x <= m - f)
+    safe_x = np.where(valid, x, 0.0)
+    log_mass = _log_choose(f, safe_x) + _log_choose(m - f, np.where(valid, n - x, 0.0)) - _log_choose(m, n)
+    return np.clip(np.where(valid, np.exp(log_mass), 0.0).sum(axis=0), 0.0, 1.0)
 
 
 @DROPOUT.register("device_capacity")
@@ -145,12 +164,11 @@ class DeviceCapacity(Dropout):
         faster = np.empty(n, dtype=np.int64)
         faster[order] = np.arange(n)  # for a finisher: the finishers before it
         pool, draws = int(available.sum()), int(getattr(selection, "s", n))
-        faster = np.where(finishers, faster, 0)
-        if pool <= draws:  # every available client is selected: the first S finishers are known
-            kept = (faster < self.keep).astype(np.float64)
-        else:
-            kept = hypergeom.cdf(self.keep - 1, pool - 1, faster, draws - 1)
-        return np.where(finishers, kept, 0.0), isinstance(selection, Uniform)
+        kept = (finishers & (faster < self.keep)).astype(np.float64)  # fewer than S finish before it: kept surely
+        if pool > draws:  # not every available client is selected: the others finishing first are random
+            late = np.flatnonzero(finishers & (faster >= self.keep))
+            kept[late] = kept_probability(faster[late], pool - 1, draws - 1, self.keep)
+        return kept, isinstance(selection, Uniform)
 
     def duration(self):
         return self._duration
