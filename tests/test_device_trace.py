@@ -287,6 +287,7 @@ def test_run_with_synthetic_files_logs_simulated_time_and_the_report_reads_it(tm
     summary = json.load(open(job / "summary.json"))
     assert summary["sim_time_s"] == pytest.approx(times[-1])
     assert npz_times(job) == pytest.approx(times[-1])
+    assert (job / "participation_clock.png").is_file()
     from fedbench.report import report
 
     report([job], out=tmp_path / "report")
@@ -305,6 +306,7 @@ def test_runs_off_the_clock_have_no_simulated_time(tmp_path):
     assert "sim_time_s" not in open(job / "metrics.csv").readline()
     assert json.load(open(job / "summary.json"))["sim_time_s"] is None
     assert "sim_time_s" not in np.load(job / "participation.npz")
+    assert not (job / "participation_clock.png").exists()
 
 
 def test_synth_cli_statistics(tmp_path, capsys):

@@ -56,6 +56,21 @@ def categories(matrix: np.ndarray, path: Path, xlabel: str, ylabel: str, title: 
     return _finish(plt, fig, ax, path, xlabel, ylabel, title)
 
 
+def counts_over_time(hours: np.ndarray, counts: dict, path: Path, title: str) -> Path:
+    """Per-round counts (``{"available": (R,), ...}``) against the simulated clock in hours, as steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.5), dpi=100)
+    for k, (name, values) in enumerate(counts.items()):
+        ax.step(hours, values, where="post", linewidth=1.2, color=f"C{k}", label=name)
+    ax.legend(loc="upper right", fontsize=8, frameon=False)
+    ax.grid(alpha=0.3)
+    return _finish(plt, fig, ax, path, "simulated time (hours)", "clients", title)
+
+
 def probability_histogram(rounds: np.ndarray, probs: np.ndarray, path: Path, title: str, snapshots: int = 4) -> Path:
     """Histograms of N p_i (1 = the uniform probability) at up to ``snapshots`` recorded rounds, first to last."""
     import matplotlib

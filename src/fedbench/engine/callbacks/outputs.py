@@ -10,7 +10,7 @@ import numpy as np
 
 from fedbench.engine.callbacks.base import Callback
 from fedbench.logging import RunLogger
-from fedbench.logging.plots import categories, heatmap, probability_histogram
+from fedbench.logging.plots import categories, counts_over_time, heatmap, probability_histogram
 from fedbench.storage import write_file
 
 
@@ -96,6 +96,13 @@ class Pictures(Callback):
                          f"participation={cfg.name}: each client's state per round",
                          ["unavailable", "available", "selected", "completed"])
         self.logger.log_image("participation/trace", png)
+        if part.clocked and arrays["available"].shape[0]:
+            start = np.concatenate([[0.0], arrays["sim_time_s"][:-1]]) / 3600  # each round at its start
+            counts = {k: arrays[k].sum(axis=1) if arrays[k].dtype == bool else (arrays[k] > 0).sum(axis=1)
+                      for k in ("available", "selected", "completed")}
+            png = counts_over_time(start, counts, run_dir / "participation_clock.png",
+                                   f"participation={cfg.name}: clients per round on the simulated clock")
+            self.logger.log_image("participation/clock", png)
         rounds, probs = part.probability_snapshots()
         if rounds.size:
             png = probability_histogram(rounds, probs, run_dir / "probabilities.png",
