@@ -76,7 +76,7 @@ class DeviceCapacity(Dropout):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         n = ctx.num_clients
-        ids = ctx.devices if ctx.devices is not None else None
+        ids = ctx.devices  # each client's device id when the availability replays devices
         if cfg.path:
             try:
                 cap = traces.capacity(traces.read_records(cfg.path), cfg.path)

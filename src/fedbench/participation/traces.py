@@ -150,7 +150,8 @@ def behaviour(records: Dict[Any, Dict[str, Any]], path: str = "<records>") -> Be
     """Check a behaviour trace: per device, ``active`` and ``inactive`` lists of equal length with finite times
     >= 0, each interval of positive length, sorted and not overlapping, all within (0, ``finish_time``]."""
     starts, ends, counts, finish = [], [], [], []
-    for device in sorted(records, key=lambda k: (str(type(k)), k)):
+    ids = sorted(records, key=lambda k: (str(type(k)), k))
+    for device in ids:
         rec = _record(path, device, records[device], BEHAVIOUR_KEYS)
         act, ina = rec["active"], rec["inactive"]
         for key, seq in (("active", act), ("inactive", ina)):
@@ -178,7 +179,6 @@ def behaviour(records: Dict[Any, Dict[str, Any]], path: str = "<records>") -> Be
         ends.append(b)
         counts.append(a.size)
         finish.append(end)
-    ids = sorted(records, key=lambda k: (str(type(k)), k))
     return Behaviour(ids, np.concatenate(starts), np.concatenate(ends),
                      np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), np.asarray(finish))
 
