@@ -577,7 +577,7 @@ def plot_profile(agg: List[dict], out: Path) -> None:
 
 
 def index_html(title: str, rows: List[dict], part: List[dict], targets: Sequence[float], n_runs: int,
-               compared: str = "") -> str:
+               compared: str = "", axes: Sequence[tuple] = AXES) -> str:
     timed = _timed(rows)
     results = _html_table(_columns(targets, timed), [[html.escape(c) for c in _cells(r, targets, timed)] for r in rows])
     part_rows = [[html.escape(r["group"]), _fmt(r["available"], 3), _fmt(r["selected"], 3), _fmt(r["completed"], 3),
@@ -586,8 +586,7 @@ def index_html(title: str, rows: List[dict], part: List[dict], targets: Sequence
     parts = _html_table(["group", "available / round", "selected / round", "completed / round", "trace (first seed)"],
                         part_rows)
     curves = "".join(f'<h3>against {label}</h3><img src="curves_{axis}.png" alt="curves against {label}" '
-                     f'style="max-width:100%"{_MISSING}>' for axis, label in AXES
-                     if axis != "sim_hours" or timed)
+                     f'style="max-width:100%"{_MISSING}>' for axis, label in axes)
     style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0}"
              "td,th{border:1px solid #999;padding:4px 8px;text-align:right}td:first-child,th:first-child"
              "{text-align:left}td:last-child{text-align:left;color:#a00}")
@@ -682,7 +681,7 @@ def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequ
         indent=2, default=lambda v: None if isinstance(v, float) and not math.isfinite(v) else str(v)))
     compared = _compared_html(pairs, agg) + _unreadable_html(unreadable)
     (out / "index.html").write_text(index_html(f"fedbench report: {', '.join(d.name for d in dirs)}",
-                                               rows, part, targets, len(runs), compared))
+                                               rows, part, targets, len(runs), compared, drawn_axes(groups)))
 
 
 def _unreadable_md(unreadable: Sequence[Tuple[Path, str]]) -> str:

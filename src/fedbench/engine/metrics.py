@@ -45,9 +45,9 @@ class EvalRecord:
     """An evaluation of the global model after round ``round``: the mean training loss since the previous one,
     test loss and accuracy, the rounds' wall time so far, the cost counters' totals and, with
     ``engine.eval_train``, the global model's loss and accuracy on the whole training set and, with
-    ``data.val_fraction``, on the server's validation set, and, under a participation process on the simulated clock
-(``device_trace``, ``device_capacity``), the simulated seconds so far. A field's ``label`` is how a report names
-it."""
+    ``data.val_fraction``, on the server's validation set, and, under a participation process on the simulated
+    clock (``device_trace``, ``device_capacity``), the simulated seconds so far. A field's ``label`` is how a report
+    names it."""
 
     round: int = _column("rounds")
     selected: int = _column("selected clients")

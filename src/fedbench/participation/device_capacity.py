@@ -24,6 +24,13 @@ class Stragglers(Enum):
     partial = "partial"  # it returns the local steps it did by the deadline (if still online and >= min_steps)
 
 
+def _rank(times: np.ndarray) -> np.ndarray:
+    """Each entry's place when ordered by ``times``, ties by position (0 = first)."""
+    rank = np.empty(times.size, dtype=np.int64)
+    rank[np.lexsort((np.arange(times.size), times))] = np.arange(times.size)
+    return rank
+
+
 def _log_choose(n: np.ndarray, k: np.ndarray) -> np.ndarray:
     return gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
 
@@ -84,7 +91,7 @@ class DeviceCapacity(Dropout):
                 raise ConfigError(f"{KEY}.path", str(exc), "give a FedScale client_device_capacity (pickle, JSON or "
                                   "Parquet), or path='' for synthetic capacities.") from None
         else:
-            keys = sorted(set(ids), key=lambda k: (str(type(k)), k)) if ids is not None else list(range(1, n + 1))
+            keys = traces.sorted_ids(set(ids)) if ids is not None else list(range(1, n + 1))
             cap = traces.synth_capacity(keys, ctx.rng("dropout/capacity"))
         row = {k: j for j, k in enumerate(cap.ids)}
         if ids is None:
@@ -141,10 +148,7 @@ class DeviceCapacity(Dropout):
             self._duration = None
             return ok, done
         if self.overcommit > 1.0:
-            order = np.lexsort((np.arange(selected.size), np.where(ok, at, np.inf)))
-            rank = np.empty(selected.size, dtype=np.int64)
-            rank[order] = np.arange(selected.size)
-            kept = ok & (rank < self.keep)
+            kept = ok & (_rank(np.where(ok, at, np.inf)) < self.keep)
             if kept.sum() == self.keep:  # the S-th completion ends the round
                 self._duration = float(at[kept].max())
                 return kept, done
@@ -160,9 +164,7 @@ class DeviceCapacity(Dropout):
             return p, True
         # rank of each client's finishing time among the available clients that finish (ties by id)
         finishers = available & ok
-        order = np.lexsort((np.arange(n), np.where(finishers, at, np.inf)))
-        faster = np.empty(n, dtype=np.int64)
-        faster[order] = np.arange(n)  # for a finisher: the finishers before it
+        faster = _rank(np.where(finishers, at, np.inf))  # for a finisher: the finishers before it
         pool, draws = int(available.sum()), int(getattr(selection, "s", n))
         kept = (finishers & (faster < self.keep)).astype(np.float64)  # fewer than S finish before it: kept surely
         if pool > draws:  # not every available client is selected: the others finishing first are random

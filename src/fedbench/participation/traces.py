@@ -98,6 +98,11 @@ def read_records(path: str | Path) -> Dict[Any, Dict[str, Any]]:
     return data
 
 
+def sorted_ids(ids) -> List[Any]:
+    """Device ids in a stable order: numbers and strings apart (a trace may mix them), each sorted."""
+    return sorted(ids, key=lambda k: (str(type(k)), k))
+
+
 def _number(path, device, key, value, low: float = 0.0, strict: bool = False) -> float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value > low if strict else value >= low)
@@ -150,7 +155,7 @@ def behaviour(records: Dict[Any, Dict[str, Any]], path: str = "<records>") -> Be
     """Check a behaviour trace: per device, ``active`` and ``inactive`` lists of equal length with finite times
     >= 0, each interval of positive length, sorted and not overlapping, all within (0, ``finish_time``]."""
     starts, ends, counts, finish = [], [], [], []
-    ids = sorted(records, key=lambda k: (str(type(k)), k))
+    ids = sorted_ids(records)
     for device in ids:
         rec = _record(path, device, records[device], BEHAVIOUR_KEYS)
         act, ina = rec["active"], rec["inactive"]
@@ -198,7 +203,7 @@ class Capacity:
 
 def capacity(records: Dict[Any, Dict[str, Any]], path: str = "<records>") -> Capacity:
     """Check a capacity trace: per device, finite ``computation`` > 0 and ``communication`` > 0."""
-    ids = sorted(records, key=lambda k: (str(type(k)), k))
+    ids = sorted_ids(records)
     comp, comm = [], []
     for device in ids:
         rec = _record(path, device, records[device], CAPACITY_KEYS)

@@ -98,8 +98,7 @@ class Pictures(Callback):
         self.logger.log_image("participation/trace", png)
         if part.clocked and arrays["available"].shape[0]:
             start = np.concatenate([[0.0], arrays["sim_time_s"][:-1]]) / 3600  # each round at its start
-            counts = {k: arrays[k].sum(axis=1) if arrays[k].dtype == bool else (arrays[k] > 0).sum(axis=1)
-                      for k in ("available", "selected", "completed")}
+            counts = {k: (arrays[k] > 0).sum(axis=1) for k in ("available", "selected", "completed")}
             png = counts_over_time(start, counts, run_dir / "participation_clock.png",
                                    f"participation={cfg.name}: clients per round on the simulated clock")
             self.logger.log_image("participation/clock", png)
