@@ -43,7 +43,8 @@ COMMON = {"small": ["logger=csv", "checkpoint_every=0"], "full": ["logger=csv"],
 @dataclass
 class Section:
     """One comparison: the methods (``key`` = ``algo`` for ``--algos``, else ``--compare key=...``), the trials per
-    method, the final seeds at each scale, the section's own overrides, and how ``tiny`` shrinks it."""
+    method, the final seeds at each scale, the section's own overrides, the sub-grid of the paper's grid it searches
+    when the whole grid does not fit a session (``space``), and how ``tiny`` shrinks it."""
 
     name: str
     experiment: str  # the small preset; full drops "_small"
@@ -54,6 +55,7 @@ class Section:
     overrides: List[str] = field(default_factory=list)
     launcher: str = "joblib"
     tiny: List[str] = field(default_factory=list)
+    space: List[str] = field(default_factory=list)  # --space KEY=V1,V2: a sub-grid, the same for every method
     paper: str = ""
 
     def command(self, scale: str, out: Path, extra: List[str]) -> Tuple[List[str], Path]:
@@ -68,13 +70,18 @@ class Section:
         if launcher == LAUNCHERS["joblib"]:
             overrides.append("engine.num_threads=1")
         directory = out / self.paper / scale / self.name
-        return ([sys.executable, "-m", "fedbench.tune.cli", *overrides, *which, "--trials", str(trials),
+        space = [arg for item in self.space for arg in ("--space", item)]
+        return ([sys.executable, "-m", "fedbench.tune.cli", *overrides, *which, "--trials", str(trials), *space,
                  "--tune-seeds", "100", "--seeds", seeds, "--dir", str(directory), *launcher, *extra], directory)
 
 
 MIMIC = ["fedavg", "fedprox", "scaffold", "mifa", "mimic"]
 MIMIC_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.max_per_client=60"]
 LENET_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=20"]
+FEDAMD = ["fedamd", "fedavg", "scaffold", "fedpage", "bvr_l_sgd"]
+FEDAMD_TINY = [*LENET_TINY, "participation.selection.clients_per_round=4"]
+GRADMA = ["gradma", "fedavg", "gradma_w", "gradma_s", "fedavgm", "mifa", "moon", "feddyn", "mimelite", "fedmlb"]
+GRADMA_TINY = [*LENET_TINY, "participation.selection.clients_per_round=4"]
 
 PAPERS: Dict[str, List[Section]] = {
     "wang22": [
@@ -108,20 +115,25 @@ PAPERS: Dict[str, List[Section]] = {
                 tiny=["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=30"]),
     ],
     "fedamd": [
-        Section("a20", "fedamd_fmnist_small", "algo", ["fedamd", "fedavg", "scaffold", "fedpage", "bvr_l_sgd"],
-                trials=18, seeds={"small": "0,1,2", "full": "0,1,2"},
-                tiny=[*LENET_TINY, "participation.selection.clients_per_round=4"]),
+        # every other eta_l of the paper's grid and its extreme eta_s: 6 of its 18 points, the same for every method
+        Section("a20", "fedamd_fmnist_small", "algo", FEDAMD, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
+                space=["client.lr=0.1,0.02,0.005", "algo.server_lr=1.0,0.1"], tiny=FEDAMD_TINY),
+        Section("a20_fullgrid", "fedamd_fmnist_small", "algo", FEDAMD, trials=18,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, tiny=FEDAMD_TINY),
     ],
     "gradma": [
-        Section("dir0.01", "gradma_cifar10_dir0.01_small", "algo",
-                ["gradma", "fedavg", "gradma_w", "gradma_s", "fedavgm", "mifa", "moon", "feddyn", "mimelite",
-                 "fedmlb"], trials=9, seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"],
-                tiny=[*LENET_TINY, "participation.selection.clients_per_round=4"]),
-        Section("dir0.1", "gradma_cifar10_dir0.01_small", "algo",
-                ["gradma", "fedavg", "gradma_w", "gradma_s", "fedavgm", "mifa", "moon", "feddyn", "mimelite",
-                 "fedmlb"], trials=9, seeds={"small": "0,1,2", "full": "0,1,2"},
-                overrides=["dataset=fmnist", "partition.alpha=0.1"],
-                tiny=[*LENET_TINY, "participation.selection.clients_per_round=4"]),
+        # the paper's eta_l grid at eta_g = 1 (3 of its 9 points; FedDyn's alpha drawn with it)
+        Section("dir0.01", "gradma_cifar10_dir0.01_small", "algo", GRADMA, trials=3,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"],
+                space=["algo.server_lr=1.0"], tiny=GRADMA_TINY),
+        Section("dir0.1", "gradma_cifar10_dir0.01_small", "algo", GRADMA, trials=3,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
+                space=["algo.server_lr=1.0"], tiny=GRADMA_TINY),
+        Section("dir0.01_fullgrid", "gradma_cifar10_dir0.01_small", "algo", GRADMA, trials=9,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"], tiny=GRADMA_TINY),
+        Section("dir0.1_fullgrid", "gradma_cifar10_dir0.01_small", "algo", GRADMA, trials=9,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
+                tiny=GRADMA_TINY),
     ],
 }
 for _paper, _sections in PAPERS.items():
