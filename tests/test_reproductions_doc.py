@@ -1,0 +1,123 @@
+"""docs/reproductions.md keeps the protocol it states (issue 26, "Must hold").
+
+Every result section (a section that links a selection record under ``docs/tuned/``) rests on at least 3 final
+seeds, disjoint from the tuning seeds, with the same trial budget for every method and a choice for each; it is the
+output of the ``make reproduce`` section it shows (same preset, overrides, methods, trials and seeds as
+scripts/reproduce.py declares); and it states the hardware, its wall times, the trial count, each method's chosen
+values and paired verdicts with their CIs. The summary table and the README link every result section by its
+heading's anchor.
+"""
+
+import importlib.util
+import json
+import re
+import shlex
+import sys
+import unicodedata
+
+import pytest
+
+from conftest import ROOT
+
+DOC = ROOT / "docs" / "reproductions.md"
+spec = importlib.util.spec_from_file_location("reproduce", ROOT / "scripts" / "reproduce.py")
+reproduce = sys.modules.setdefault("reproduce", importlib.util.module_from_spec(spec))
+spec.loader.exec_module(reproduce)
+
+
+def slug(heading):
+    """The anchor Python-Markdown's ``toc`` extension (MkDocs) gives a heading."""
+    value = unicodedata.normalize("NFKD", heading).encode("ascii", "ignore").decode("ascii")
+    value = re.sub(r"[^\w\s-]", "", value).strip().lower()
+    return re.sub(r"[-\s]+", "-", value)
+
+
+def sections(text):
+    """(heading, body up to the next heading of any level), skipping fenced code when looking for headings."""
+    out, heading, body, fenced = [], None, [], False
+    for line in text.splitlines():
+        fenced ^= line.startswith("```")
+        match = None if fenced else re.match(r"#{1,6} (.+)", line)
+        if match:
+            out.append((heading, "\n".join(body)))
+            heading, body = match.group(1).strip(), []
+        else:
+            body.append(line)
+    out.append((heading, "\n".join(body)))
+    return [(h, b) for h, b in out if h is not None]
+
+
+SECTIONS = sections(DOC.read_text())
+RESULTS = [(h, b, re.search(r"\(tuned/([\w.]+\.json)\)", b)) for h, b in SECTIONS]
+RESULTS = [(h, b, m.group(1)) for h, b, m in RESULTS if m]
+
+
+def without_dir(args):
+    """A command's arguments as a set, less ``--dir PATH`` (the shown command may leave it to ``make``) and the
+    launcher's worker count (how many jobs share the machine changes wall times, never a number)."""
+    args = list(args)
+    if "--dir" in args:
+        del args[args.index("--dir"):args.index("--dir") + 2]
+    return sorted(a for a in args if not a.startswith("hydra.launcher.n_jobs="))
+
+
+def test_the_document_has_its_result_sections():
+    assert len(RESULTS) >= 10, [h for h, _, _ in RESULTS]
+    assert len({f for _, _, f in RESULTS}) == len(RESULTS), "two sections link the same selection record"
+
+
+@pytest.mark.parametrize("heading, body, record", RESULTS, ids=[slug(h) for h, _, _ in RESULTS])
+def test_each_result_section_rests_on_its_protocol(heading, body, record):
+    selection = json.loads((ROOT / "docs" / "tuned" / record).read_text())
+    seeds, tune_seeds, budget = selection["seeds"], selection["tune_seeds"], selection["budget"]
+    assert len(seeds) >= 3, f"{heading}: {len(seeds)} final seeds"
+    assert not set(seeds) & set(tune_seeds), f"{heading}: final seeds {seeds} were tuned on"
+    assert budget >= 2, f"{heading}: {budget} trial(s) is a shared step size, not a tuned one"
+    for method, entry in selection["methods"].items():
+        assert entry["budget"] == budget and entry["trials_run"] == budget, (heading, method)
+        assert len(entry["trials"]) == budget and entry["chosen"]["params"], (heading, method)
+        # the values chosen from a space are stated in the section (its table names each method's choice)
+        searched = {s["key"] for s in entry["space"] if len(s["values"]) > 1}
+        for key in searched:
+            written = f"{entry['chosen']['params'][key]:g}"
+            forms = {written, re.sub(r"e([+-])0(\d)", r"e\1\2", written)}  # 1e-05 is written 1e-5
+            assert any(re.search(rf"(?<![\d.]){re.escape(f)}(?!\d)", body) for f in forms), (heading, method, key)
+
+    assert re.search(r"\bCPU\b|\bGPU\b", body), f"{heading}: no hardware stated"
+    assert re.search(r"\d[\d,.]* s\b|\d[\d,.]* min\b", body), f"{heading}: no wall time stated"
+    assert re.search(rf"\b{budget}\s+trials\b", body), f"{heading}: the trial count {budget} is not stated"
+    ci = r"[+−-]\d\.\d+ \[[+−-]\d\.\d+, [+−-]\d\.\d+\]"
+    assert re.search(ci, body), f"{heading}: no paired difference with its CI"
+
+
+@pytest.mark.parametrize("heading, body, record", RESULTS, ids=[slug(h) for h, _, _ in RESULTS])
+def test_each_result_section_is_the_output_of_the_command_it_shows(heading, body, record):
+    call = re.search(r"make reproduce PAPER=(\w+)(?: ARGS=\"--section ([\w.]+)\")?", body)
+    assert call, f"{heading}: no make reproduce command"
+    paper, name = call.group(1), call.group(2)
+    declared = reproduce.PAPERS[paper]
+    section = next(s for s in declared if s.name == name) if name else declared[0]
+    selection = json.loads((ROOT / "docs" / "tuned" / record).read_text())
+    cmd, _ = section.command("small", ROOT / "outputs", [])
+    assert cmd[3:cmd.index("--algos" if section.key == "algo" else "--compare")] == selection["overrides"]
+    assert list(selection["methods"]) == section.methods
+    shown = re.search(r"^fedbench-tune (.+?)\n```", re.sub(r"\\\n\s*", "", body), re.M | re.S)
+    assert shown, f"{heading}: the fedbench-tune command is not shown"
+    assert without_dir(shlex.split(shown.group(1))) == without_dir(cmd[3:]), heading
+    assert selection["budget"] == section.trials
+    assert ",".join(map(str, selection["seeds"])) == section.seeds["small"]
+    for item in section.space:
+        key, values = item.split("=", 1)
+        for method, entry in selection["methods"].items():
+            space = {s["key"]: s["values"] for s in entry["space"]}
+            assert space[key] == [float(v) for v in values.split(",")], (heading, method, key)
+
+
+def test_the_summary_and_the_readme_link_every_result_section():
+    anchors = {slug(h) for h, _ in SECTIONS}
+    results = {slug(h) for h, _, _ in RESULTS}
+    summary = set(re.findall(r"\]\(#([\w.-]+)\)", DOC.read_text()))
+    readme = set(re.findall(r"docs/reproductions\.md#([\w.-]+)\)", (ROOT / "README.md").read_text()))
+    assert summary <= anchors and readme <= anchors, (summary - anchors, readme - anchors)
+    assert results <= summary, results - summary
+    assert results <= readme, results - readme
