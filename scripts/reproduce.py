@@ -56,7 +56,12 @@ class Section:
     launcher: str = "joblib"
     tiny: List[str] = field(default_factory=list)
     space: List[str] = field(default_factory=list)  # --space KEY=V1,V2: a sub-grid, the same for every method
+    after: str = ""  # the section whose choices this one runs (fedbench-tune --from its selection.json), no trials
     paper: str = ""
+
+    def selection(self, scale: str, out: Path) -> Path:
+        """The selection.json this section carries (``after``) at ``scale``."""
+        return out / self.paper / scale / self.after / "selection.json"
 
     def command(self, scale: str, out: Path, extra: List[str]) -> Tuple[List[str], Path]:
         experiment = self.experiment[: -len("_small")] if scale == "full" else self.experiment
@@ -70,9 +75,17 @@ class Section:
         if launcher == LAUNCHERS["joblib"]:
             overrides.append("engine.num_threads=1")
         directory = out / self.paper / scale / self.name
-        space = [arg for item in self.space for arg in ("--space", item)]
-        return ([sys.executable, "-m", "fedbench.tune.cli", *overrides, *which, "--trials", str(trials), *space,
-                 "--tune-seeds", "100", "--seeds", seeds, "--dir", str(directory), *launcher, *extra], directory)
+        tuning = (["--from", str(self.selection(scale, out))] if self.after else
+                  ["--trials", str(trials), *[arg for item in self.space for arg in ("--space", item)],
+                   "--tune-seeds", "100"])
+        return ([sys.executable, "-m", "fedbench.tune.cli", *last_wins(overrides), *which, *tuning, "--seeds", seeds,
+                 "--dir", str(directory), *launcher, *extra], directory)
+
+
+def last_wins(overrides: List[str]) -> List[str]:
+    """The overrides with one entry per key, the last given (a section's own replace the common ones)."""
+    key = lambda o: o.split("=", 1)[0]  # noqa: E731
+    return [o for i, o in enumerate(overrides) if all(key(later) != key(o) for later in overrides[i + 1:])]
 
 
 MIMIC = ["fedavg", "fedprox", "scaffold", "mifa", "mimic"]
@@ -91,6 +104,12 @@ PAPERS: Dict[str, List[Section]] = {
                 ["amplified_fedavg", "no_amplification", "wait_minibatch", "wait_full"], trials=5,
                 seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, launcher="packed",
                 tiny=["rounds=6", "eval_every=2", "partition.num_clients=20"]),
+        # the MLP twin to 20,000 rounds (400 post-warm-up windows) at the choices of the 1,200-round tuning
+        Section("periodic_20k", "wang22_fmnist_periodic_small", "algo",
+                ["amplified_fedavg", "no_amplification", "wait_minibatch", "wait_full"], trials=5,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, launcher="packed", after="periodic",
+                overrides=["rounds=20000", "eval_every=100", "checkpoint_every=2000"],
+                tiny=["rounds=8", "eval_every=2", "partition.num_clients=20"]),
     ],
     "mimic": [
         Section("roundrobin", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
@@ -178,6 +197,12 @@ def main(argv=None) -> int:
         cmd, directory = section.command(args.scale, args.out.resolve(), extra)
         print(f"== {args.paper}/{section.name} ({args.scale}): fedbench-tune {shlex.join(cmd[3:])}", flush=True)
         if args.dry_run:
+            continue
+        if section.after and not section.selection(args.scale, args.out.resolve()).is_file():
+            print(f"reproduce.py: {args.paper}/{section.name} runs the choices of section '{section.after}', which "
+                  f"has no {section.selection(args.scale, args.out.resolve())} yet. Fix: run --section "
+                  f"{section.after} first (same --scale and --out).", file=sys.stderr)
+            status = status or 2
             continue
         rc = subprocess.run(cmd, cwd=ROOT).returncode
         print(f"== {args.paper}/{section.name}: {'done' if rc == 0 else f'exit status {rc}'}; "

@@ -28,13 +28,29 @@ def _plan(cmd):
     return cli.make_plan(args, key, values, task, hydra_args)
 
 
+def _selection(plan, path):
+    """A selection.json of ``plan`` whose choice for every method is the first point of its space."""
+    chosen = {m: {d["key"]: d["values"][0] for d in plan.spaces[m]} for m in plan.methods}
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({
+        "budget": plan.trials, "tune_seeds": plan.tune_seeds, "select": plan.select, "sampler": plan.sampler,
+        "val_fraction": plan.val_fraction, "overrides": plan.overrides, "compared": plan.key,
+        "methods": {m: {"space": plan.spaces[m], "chosen": {"params": p, "overrides": [f"{k}={v!r}" for k, v in
+                                                                                     p.items()]}}
+                    for m, p in chosen.items()}}))
+
+
 @pytest.mark.parametrize("scale", ["small", pytest.param("full", marks=pytest.mark.slow)])
 def test_every_section_composes_with_a_space_for_every_method(tmp_path, scale):
+    plans = {}
     for paper, sections in reproduce.PAPERS.items():
         for section in sections:
             cmd, directory = section.command(scale, tmp_path, [])
             assert directory == tmp_path / paper / scale / section.name
-            plan = _plan(cmd)
+            if section.after:  # it runs the choices of an earlier section: one as fedbench-tune would record it
+                assert cmd[cmd.index("--from") + 1] == str(section.selection(scale, tmp_path))
+                _selection(plans[paper, section.after], section.selection(scale, tmp_path))
+            plan = plans[paper, section.name] = _plan(cmd)
             assert plan.methods == section.methods and plan.trials == section.trials
             assert all(plan.spaces[m] for m in plan.methods), (paper, section.name)
             assert set(plan.seeds).isdisjoint(plan.tune_seeds)
@@ -48,6 +64,13 @@ def test_a_launcher_override_replaces_the_sections_and_bad_arguments_are_refused
     assert "Allowed: roundrobin, roundrobin_tau10" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         reproduce.main(["nope"])
+
+
+def test_a_section_that_carries_another_ones_choices_waits_for_its_selection(tmp_path, capsys):
+    assert reproduce.main(["wang22", "--section", "periodic_20k", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "runs the choices of section 'periodic'" in err and "Fix: run --section periodic first" in err
+    assert not (tmp_path / "wang22" / "small" / "periodic_20k").exists()
 
 
 @pytest.mark.slow
@@ -70,3 +93,12 @@ def test_each_papers_smallest_comparison_runs_through_fedbench_tune(tmp_path, pa
     for name in ("index.html", "results.md", "comparisons.md", "curves_round.png"):
         assert (report / name).is_file() and (report / name).stat().st_size > 0, name
     assert all(m in (report / "comparisons.md").read_text() for m in methods)
+    for later in [s for s in reproduce.PAPERS[paper] if s.after == section.name]:  # carries this tuning's choices
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce.py"), paper, "--scale", "tiny",
+                               "--section", later.name, "--out", str(tmp_path)],
+                              capture_output=True, text=True, timeout=900, cwd=ROOT)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        carried = json.loads((tmp_path / paper / "tiny" / later.name / "selection.json").read_text())
+        assert carried["methods"] == selection["methods"] and not (tmp_path / paper / "tiny" / later.name /
+                                                                   "trials").exists()
+        assert (tmp_path / paper / "tiny" / later.name / "report" / "results.md").is_file()

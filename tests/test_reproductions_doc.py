@@ -58,7 +58,7 @@ def without_dir(args):
     args = list(args)
     if "--dir" in args:
         del args[args.index("--dir"):args.index("--dir") + 2]
-    return sorted(a for a in args if not a.startswith("hydra.launcher.n_jobs="))
+    return sorted(a.replace(f"{ROOT}/", "") for a in args if not a.startswith("hydra.launcher.n_jobs="))
 
 
 def test_the_document_has_its_result_sections():
@@ -98,7 +98,7 @@ def test_each_result_section_is_the_output_of_the_command_it_shows(heading, body
     declared = reproduce.PAPERS[paper]
     section = next(s for s in declared if s.name == name) if name else declared[0]
     selection = json.loads((ROOT / "docs" / "tuned" / record).read_text())
-    cmd, _ = section.command("small", ROOT / "outputs", [])
+    cmd, _ = section.command("small", ROOT / "outputs" / "reproduce", [])
     assert cmd[3:cmd.index("--algos" if section.key == "algo" else "--compare")] == selection["overrides"]
     assert list(selection["methods"]) == section.methods
     shown = re.search(r"^fedbench-tune (.+?)\n```", re.sub(r"\\\n\s*", "", body), re.M | re.S)

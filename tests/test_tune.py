@@ -155,6 +155,30 @@ def test_the_report_has_one_group_per_method_with_its_chosen_and_own_settings(tm
     assert pairs.count("| final test acc |") == 3  # every pair of methods, though they differ in weighting too
 
 
+def test_from_runs_only_the_finals_at_an_earlier_tunings_choices_and_keeps_its_record(tmp_path):
+    def outcome(p):
+        return "completed", [0.5, 0.9 - float(p["client.lr"])], [0.5, 0.6]
+
+    Tuning(plan(trials=3), tmp_path / "short", fake_launcher(tmp_path / "short", outcome, []),
+           echo=lambda s: None).run()
+    earlier = json.loads((tmp_path / "short" / "selection.json").read_text())
+    reused = {"file": "short/selection.json", **{k: earlier[k] for k in ("budget", "tune_seeds", "select", "sampler",
+                                                                          "val_fraction", "overrides")},
+              "methods": {"mifa": earlier["methods"]["mifa"]}}
+    longer = plan(("mifa",), trials=3)
+    longer.overrides, longer.seeds, longer.reused = ["experiment=smoke", "rounds=20000"], [0, 1, 2], reused
+    launched = []
+    Tuning(longer, tmp_path / "long", fake_launcher(tmp_path / "long", outcome, launched), echo=lambda s: None).run()
+    assert [j.name for j in launched] == ["final/mifa_seed0", "final/mifa_seed1", "final/mifa_seed2"]
+    assert all("client.lr=0.03" in j.overrides and "rounds=20000" in j.overrides for j in launched)
+    assert not (tmp_path / "long" / "trials").exists()
+    record = json.loads((tmp_path / "long" / "selection.json").read_text())
+    assert record["methods"]["mifa"] == earlier["methods"]["mifa"] and record["budget"] == 3
+    assert record["overrides"] == ["experiment=smoke", "rounds=20000"] and record["seeds"] == [0, 1, 2]
+    assert record["selected_under"]["overrides"] == ["experiment=smoke"]
+    assert "mifa" in (tmp_path / "long" / "report" / "results.md").read_text()
+
+
 def test_rerunning_skips_finished_jobs_resumes_interrupted_ones_and_restarts_failed_ones(tmp_path):
     launched = []
     launch = fake_launcher(tmp_path, lambda p: ("completed", [0.6, 0.7], [0.6, 0.7]), launched)
@@ -295,6 +319,54 @@ def test_bad_tune_commands_stop_before_any_job_with_a_clear_error(tmp_path, args
     proc = tune(["experiment=smoke", *args, "--dir", str(tmp_path / "t")], tmp_path)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "t" / "trials").exists()
+
+
+def earlier_selection(path, compared="algo"):
+    """A selection.json as fedbench-tune writes it: fedavg chose client.lr=0.05 on seed 100, mifa had no choice."""
+    trial = {"index": 1, "params": {"client.lr": 0.05}, "overrides": ["client.lr=0.05"], "score": [0.7, 0.0]}
+    method = {"space": [{"key": "client.lr", "values": [0.1, 0.05], "log": True, "continuous": False}], "budget": 2,
+              "grid_size": 2, "trials_run": 2, "trials": [trial], "chosen": trial}
+    path.write_text(json.dumps({"select": "final", "sampler": "grid", "budget": 2, "tune_seeds": [100], "seeds": [0],
+                                "val_fraction": 0.1, "overrides": ["experiment=smoke"], "compared": compared,
+                                "methods": {"fedavg": method, "mifa": {**method, "chosen": None}}}))
+    return path
+
+
+def test_fedbench_tune_from_an_earlier_selection_runs_its_choice_under_new_overrides(tmp_path):
+    earlier = earlier_selection(tmp_path / "selection.json")
+    out = tmp_path / "long"
+    proc = tune([*SMOKE, "rounds=8", f"data.root={tmp_path / 'data'}", "--algos", "fedavg", "--from", str(earlier),
+                 "--seeds", "0", "--dir", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "phase 1 skipped" in proc.stdout and not (out / "trials").exists()
+    config = yaml.safe_load((out / "final" / "fedavg_seed0" / "config.yaml").read_text())
+    assert config["client"]["lr"] == 0.05 and config["rounds"] == 8 and config["data"]["val_fraction"] == 0.1
+    record = json.loads((out / "selection.json").read_text())
+    assert record["selected_under"]["file"] == str(earlier) and record["budget"] == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--algos", "fedavg", "--trials", "3"], "--trials does not apply with --from"),
+    (["--algos", "fedavg", "--space", "client.lr=0.1"], "--space does not apply with --from"),
+    (["--algos", "fedavg", "--seeds", "100"], "both --tune-seeds and --seeds"),
+    (["--algos", "fedavg,mifa"], "no choice for algo=mifa. Allowed: fedavg"),
+    (["--compare", "participation/selection=uniform"], "it compared algo, this command compares "
+                                                        "participation/selection"),
+])
+def test_bad_from_commands_stop_before_any_job_with_a_clear_error(tmp_path, args, message):
+    proc = tune(["experiment=smoke", *args, "--from", str(earlier_selection(tmp_path / "s.json")), "--dir",
+                 str(tmp_path / "t")], tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "t" / "final").exists()
+
+
+def test_from_a_file_that_is_not_a_selection_is_refused(tmp_path):
+    (tmp_path / "s.json").write_text("{}")
+    for path in (tmp_path / "s.json", tmp_path / "missing.json"):
+        proc = tune(["experiment=smoke", "--algos", "fedavg", "--from", str(path), "--dir", str(tmp_path / "t")],
+                    tmp_path)
+        assert proc.returncode == 2 and f"Invalid --from {path}" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
 
 
 def test_a_tuning_directory_has_one_fedbench_tune_at_a_time(tmp_path):

@@ -4,16 +4,20 @@
         --trials 8 --tune-seeds 100 --seeds 0,1,2 [--sampler grid|tpe] [--select final] \\
         [--space client.lr=0.1,0.01] [--val-fraction 0.1] [--dir DIR] [any Hydra override: hydra/launcher=joblib]
     fedbench-tune experiment=fedsrc_synthetic_small --compare participation/selection=uniform,md,fedsrc_d_oracle
+    fedbench-tune <the same overrides> rounds=20000 --algos <the same> --from <its selection.json> --seeds 0,1,2
 
 The methods compared are algorithms (``--algos``) or the values of any other option (``--compare KEY=V1,V2``).
 Everything is checked before the first job starts (the overrides for every method, every value of every searched
 key, the seeds); then the plan runs as one Hydra multirun through ``hydra/sweeper=tune`` (``fedbench.tune.protocol``).
-Rerun the same command with ``--dir <the tuning directory>`` to continue it: finished trials and finals are skipped.
+``--from`` runs an earlier tuning's choices on the final seeds under new overrides (a longer budget): no trials,
+the earlier record carried into ``selection.json``. Rerun the same command with ``--dir <the tuning directory>``
+to continue it: finished trials and finals are skipped.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -68,23 +72,64 @@ def parser() -> argparse.ArgumentParser:
     methods.add_argument("--algos", help="comma-separated algorithms (algo options) to compare")
     methods.add_argument("--compare", metavar="KEY=V1,V2", help="compare the values of another option instead, e.g. "
                                                                 "participation/selection=uniform,md")
-    p.add_argument("--trials", type=_positive, default=8, help="trials per method, the same for each (default 8)")
-    p.add_argument("--tune-seeds", type=_seeds, default=[100], help="seeds of the trials (default 100)")
+    p.add_argument("--trials", type=_positive, help="trials per method, the same for each (default 8)")
+    p.add_argument("--tune-seeds", type=_seeds, help="seeds of the trials (default 100)")
     p.add_argument("--seeds", type=_seeds, default=[0, 1, 2], help="seeds of the final runs (default 0,1,2)")
-    p.add_argument("--sampler", choices=("grid", "tpe"), default="grid",
+    p.add_argument("--sampler", choices=("grid", "tpe"),
                    help="grid (default) or tpe (Optuna's TPE sampler)")
-    p.add_argument("--select", default="final", help="selection rule on validation: " + "; ".join(
+    p.add_argument("--select", help="selection rule on validation: " + "; ".join(
         f"{k}: {v}" for k, v in RULES.items()) + " (default final)")
-    p.add_argument("--space", action="append", default=[], metavar="KEY=V1,V2",
+    p.add_argument("--space", action="append", metavar="KEY=V1,V2",
                    help="replace the search space of KEY for every algorithm (repeatable)")
-    p.add_argument("--val-fraction", type=_fraction, default=0.1,
+    p.add_argument("--val-fraction", type=_fraction,
                    help="the validation split held out of the training data (data.val_fraction; default 0.1)")
-    p.add_argument("--batch", type=_positive, default=4, help="tpe: trials asked per algorithm between updates")
+    p.add_argument("--batch", type=_positive, help="tpe: trials asked per algorithm between updates")
+    p.add_argument("--from", dest="reuse", type=Path, metavar="SELECTION.json",
+                   help="skip the trials: run the finals at the choices of an earlier tuning's selection.json, under "
+                        "this command's overrides (e.g. a longer budget); its trials, seeds and rule are kept")
     p.add_argument("--dir", type=Path, help="the tuning directory (default outputs/tune/<date>/<time>); an "
                                             "existing one is continued")
     p.add_argument("--config-dir", "-cd", action="append", default=[], metavar="DIR",
                    help="a folder of your own presets, searched after the package's")
     return p
+
+
+#: the tuning's own options and their defaults; ``--from`` takes them from the earlier selection.json instead
+TUNING_DEFAULTS = {"trials": 8, "tune_seeds": [100], "sampler": "grid", "select": "final", "space": [],
+                   "val_fraction": 0.1, "batch": 4}
+
+
+def _defaults(args: argparse.Namespace) -> None:
+    """Fill the tuning options left out; with ``--from`` they must be left out (the earlier tuning set them)."""
+    given = [k for k in TUNING_DEFAULTS if getattr(args, k) is not None]
+    if getattr(args, "reuse", None) is not None and given:
+        flag = "--" + given[0].replace("_", "-")
+        raise FedbenchError(f"{flag} does not apply with --from: the trials, their seeds and the selection rule are "
+                            f"those of {args.reuse}. Fix: leave out {flag}, or tune anew without --from.")
+    for key, value in TUNING_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+
+
+def _reused(path: Path, key: str, values: List[str]) -> dict:
+    """The earlier selection.json of ``--from``, checked against the methods compared now."""
+    try:
+        selection = json.loads(Path(path).read_text())
+        record, compared = selection["methods"], selection["compared"]
+        kept = {k: selection[k] for k in ("budget", "tune_seeds", "select", "sampler", "val_fraction", "overrides")}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise FedbenchError(f"Invalid --from {path}: not a readable selection.json of fedbench-tune ({exc}). Fix: "
+                            "pass the selection.json of a tuning directory.") from None
+    if compared != key:
+        raise FedbenchError(f"Invalid --from {path}: it compared {compared}, this command compares {key}. Fix: "
+                            f"compare the same option ({'--algos' if compared == 'algo' else '--compare ' + compared}"
+                            "=...).")
+    chosen = [m for m, r in record.items() if r.get("chosen")]
+    missing = [m for m in values if m not in chosen]
+    if missing:
+        raise FedbenchError(f"Invalid --from {path}: no choice for {key}={missing[0]}. Allowed: {', '.join(chosen)}. "
+                            "Fix: compare methods that tuning chose a configuration for.")
+    return {"file": str(Path(path).resolve()), **kept, "methods": {m: record[m] for m in values}}
 
 
 def _split(overrides: Sequence[str], key: str) -> tuple:
@@ -154,15 +199,25 @@ def make_plan(args: argparse.Namespace, key: str, values: List[str], task: List[
     from fedbench.errors import ConfigError
     from fedbench.tune.space import resolve
 
+    _defaults(args)
+    reused = _reused(args.reuse, key, values) if getattr(args, "reuse", None) is not None else None
+    if reused:
+        args.trials, args.tune_seeds, args.select = reused["budget"], reused["tune_seeds"], reused["select"]
+        args.sampler, args.val_fraction = reused["sampler"], reused["val_fraction"]
     check_seeds(args.tune_seeds, args.seeds)
     rule = Rule.parse(args.select)
     cli_space = _space(args.space)
     spaces = {}
     for method in values:
         common = [*task, f"{key}={method}", f"data.val_fraction={args.val_fraction!r}"]
-        problem = preflight(["-m", *common, *hydra_args])
+        chosen = reused["methods"][method]["chosen"]["overrides"] if reused else []
+        problem = preflight(["-m", *common, *chosen, *hydra_args])
         if problem:
-            raise FedbenchError(f"{key}={method}: {problem}")
+            raise FedbenchError(f"{key}={method}" + (f" at its choice ({' '.join(chosen)})" if chosen else "")
+                                + f": {problem}")
+        if reused:
+            spaces[method] = reused["methods"][method]["space"]
+            continue
         try:
             dims = resolve(_compose([*common, *[h for h in hydra_args if h.startswith("hydra.searchpath")]]),
                            cli_space)
@@ -171,7 +226,7 @@ def make_plan(args: argparse.Namespace, key: str, values: List[str], task: List[
         spaces[method] = [d.to_json() for d in dims]
     return Plan(overrides=task, key=key, methods=values, trials=args.trials, sampler=args.sampler, select=str(rule),
                 tune_seeds=args.tune_seeds, seeds=args.seeds, val_fraction=args.val_fraction, batch=args.batch,
-                spaces=spaces)
+                spaces=spaces, reused=reused)
 
 
 def _directory(args: argparse.Namespace, plan: Plan) -> Tuple[Path, RunLock]:

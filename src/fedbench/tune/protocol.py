@@ -14,6 +14,9 @@ directory::
     final/<method>_seed<s>/    the final runs
     report/          fedbench-report of final/
 
+With ``--from <an earlier selection.json>`` phase 1 is skipped: the finals run that tuning's choices under this
+command's overrides (a longer budget, say), and ``selection.json`` is its record with both sets of overrides.
+
 Rerunning the command on the same directory skips every finished job (completed or diverged), resumes interrupted
 ones from their checkpoints and restarts failed ones.
 """
@@ -54,6 +57,9 @@ class Plan:
     val_fraction: float
     batch: int
     spaces: Dict[str, List[dict]] = field(default_factory=dict)
+    #: ``--from``: the earlier selection.json whose choices the finals run ({"file", "overrides", "methods", ...});
+    #: phase 1 is then skipped
+    reused: Optional[dict] = None
 
     def save(self, path: Path) -> None:
         write_text(path, json.dumps(asdict(self), indent=2) + "\n")
@@ -62,7 +68,7 @@ class Plan:
     def load(cls, path: Path) -> "Plan":
         try:
             data = json.loads(Path(path).read_text())
-            return cls(**{f.name: data[f.name] for f in fields(cls)})
+            return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data or f.name != "reused"})
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise FedbenchError(f"Cannot read the tuning plan {path} ({exc}). Fix: start a new tuning directory "
                                 "(leave out --dir), or restore the file.") from None
@@ -199,6 +205,19 @@ class Tuning:
                     done[method].append(result)
         return done
 
+    def reuse(self) -> Dict[str, Optional[dict]]:
+        """``--from``: the choices of an earlier tuning, its record copied into ``selection.json`` with the
+        overrides its trials ran under (``selected_under``) beside the finals' own (``overrides``)."""
+        reused = self.plan.reused
+        record = {m: reused["methods"][m] for m in self.plan.methods}
+        self.echo(f"fedbench-tune: phase 1 skipped: the choices of {reused['file']} ({self.plan.trials} trial(s) "
+                  f"per method on seed(s) {', '.join(map(str, self.plan.tune_seeds))}, under "
+                  f"{' '.join(reused['overrides'])})")
+        self._write_selection(record, selected_under={
+            "file": reused["file"], "overrides": reused["overrides"],
+            "note": "the trials ran under these overrides; the finals under 'overrides'"})
+        return {m: r["chosen"] for m, r in record.items()}
+
     def select(self) -> Dict[str, Optional[dict]]:
         """Phase 1 and the choice; writes ``selection.json``."""
         self.echo(f"fedbench-tune: phase 1: {', '.join(self.plan.methods)} x up to {self.plan.trials} trial(s) x "
@@ -225,16 +244,19 @@ class Tuning:
                                              f"({', '.join(d.key for d in dims)}) may not reach {method}")
                 self.echo(f"fedbench-tune: warning: {method}: {record[method]['warning']}; check its space "
                           "(tune_space in the preset, or --space)")
+        self._write_selection(record)
+        return chosen
+
+    def _write_selection(self, record: Dict[str, dict], **extra: Any) -> None:
         selection = {"select": str(self.rule), "selects": self.rule.describe(), "sampler": self.plan.sampler,
                      "budget": self.plan.trials, "tune_seeds": self.plan.tune_seeds, "seeds": self.plan.seeds,
                      "val_fraction": self.plan.val_fraction, "overrides": self.plan.overrides,
-                     "compared": self.plan.key,
+                     "compared": self.plan.key, **extra,
                      "note": "selection reads only the validation columns (round, val_acc, val_loss) of the "
                              "tuning runs' metrics.csv; the test set is never used",
                      "methods": record}
         write_text(self.root / "selection.json", json.dumps(selection, indent=2) + "\n")
         self._print_selection(record)
-        return chosen
 
     def _print_selection(self, record: Dict[str, dict]) -> None:
         self.echo(f"fedbench-tune: selection ({self.rule.describe()}, mean over the tuning seeds):")
@@ -277,7 +299,7 @@ class Tuning:
                       unreadable=unreadable)
 
     def run(self) -> List[str]:
-        chosen = self.select()
+        chosen = self.reuse() if self.plan.reused else self.select()
         self.finals(chosen)
         out = self.report()
         self.echo(f"fedbench-tune: results in {self.root} (selection.json"
