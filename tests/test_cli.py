@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT, TINY
@@ -41,6 +42,7 @@ def test_same_seed_same_metrics(tmp_path):
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert summary["rounds"] == 4 and summary["final_test_acc"] == float(a[-1]["test_acc"])
     assert {"best_test_acc", "targets", "wall_time_s", "bytes_up", "floats_up", "init_cost"} <= set(summary)
+    assert summary["cpu"]["capability"] == torch.backends.cpu.get_cpu_capability() and summary["cpu"]["model"]
     for name in ("config.yaml", "participation.npz", "participation.png", "rounds.csv"):
         assert (tmp_path / "a" / name).is_file(), name
     rounds = list(csv.DictReader(open(tmp_path / "a" / "rounds.csv")))

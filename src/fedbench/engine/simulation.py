@@ -20,7 +20,8 @@ from fedbench.checkpoint import Checkpointer
 from fedbench.config.checks import validate
 from fedbench.training.client_state import ClientStateStore
 from fedbench.training.cohort import CohortTrainer, unsupported
-from fedbench.engine.stack import EVAL_BATCH, auto_threads, clients_per_round, local_stack, resolve_device
+from fedbench.engine.stack import (EVAL_BATCH, auto_threads, clients_per_round, cpu_description, local_stack,
+                                   resolve_device)
 from fedbench.config.launchers import check_engine_here
 from fedbench.engine.workers import WorkerPool
 from fedbench.training.evaluation import evaluate
@@ -430,6 +431,7 @@ class Simulation:
             "init_cost": self.init_cost,
             "num_parameters": self.dim,
             "device": str(self.device),
+            "cpu": cpu_description(),
             "precision": self.cfg.engine.precision,
             "client_runner": self.runner_kind,
             "client_runner_reason": self.runner_reason,

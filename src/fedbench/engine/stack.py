@@ -52,10 +52,30 @@ THREADS_WORK = 2_000_000
 EVAL_BATCH = {"cpu": 256, "cuda": 8192}
 
 
+def available_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def auto_threads(dim: int, batch: int, cohort: int) -> int:
     """``engine.num_threads=0``: one thread for small local steps, every available core above ``THREADS_WORK``."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cores if dim * batch * cohort >= THREADS_WORK else 1
+    return available_cores() if dim * batch * cohort >= THREADS_WORK else 1
+
+
+def cpu_description() -> dict:
+    """The CPU a run computed on, for ``summary.json``: its model (``/proc/cpuinfo``, else ``platform.processor``)
+    and the SIMD kernels torch dispatches to (``torch.backends.cpu.get_cpu_capability``). Results are bit-identical
+    on one machine; between CPUs whose kernels differ they may differ in the last bits, and a chaotic run (a large
+    step) then ends elsewhere."""
+    import platform
+
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"model": model or platform.processor() or platform.machine(),
+            "capability": torch.backends.cpu.get_cpu_capability(), "cores": available_cores()}
 
 
 def clients_per_round(cfg: DictConfig, n: int) -> int:
