@@ -198,9 +198,10 @@ def main(argv=None) -> int:
         print(f"== {args.paper}/{section.name} ({args.scale}): fedbench-tune {shlex.join(cmd[3:])}", flush=True)
         if args.dry_run:
             continue
-        if section.after and not section.selection(args.scale, args.out.resolve()).is_file():
+        carried = section.selection(args.scale, args.out.resolve())
+        if section.after and not carried.is_file():
             print(f"reproduce.py: {args.paper}/{section.name} runs the choices of section '{section.after}', which "
-                  f"has no {section.selection(args.scale, args.out.resolve())} yet. Fix: run --section "
+                  f"has no {carried} yet. Fix: run --section "
                   f"{section.after} first (same --scale and --out).", file=sys.stderr)
             status = status or 2
             continue

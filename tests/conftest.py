@@ -2,6 +2,7 @@
 
 import contextlib
 import csv
+import importlib.util
 import io
 import json
 import sys
@@ -25,6 +26,15 @@ from fedbench.logging import RunLogger  # noqa: E402
 from fedbench.logging.run_logger import plain_config  # noqa: E402
 
 register_configs()
+
+
+def script(name: str):
+    """``scripts/<name>.py`` as a module (once per session: both test files that read it get the same one)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
 
 
 def call(args, tmp_path: Path, name: str = "job"):

@@ -2,18 +2,15 @@
 writes the report's files (slow); every section of every paper composes at small and full scale (its plan is what
 fedbench-tune checks before any job)."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, script
 
-spec = importlib.util.spec_from_file_location("reproduce", ROOT / "scripts" / "reproduce.py")
-reproduce = sys.modules.setdefault("reproduce", importlib.util.module_from_spec(spec))
-spec.loader.exec_module(reproduce)
+reproduce = script("reproduce")
 
 
 def _plan(cmd):

@@ -8,21 +8,17 @@ values and paired verdicts with their CIs. The summary table and the README link
 heading's anchor.
 """
 
-import importlib.util
 import json
 import re
 import shlex
-import sys
 import unicodedata
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, script
 
 DOC = ROOT / "docs" / "reproductions.md"
-spec = importlib.util.spec_from_file_location("reproduce", ROOT / "scripts" / "reproduce.py")
-reproduce = sys.modules.setdefault("reproduce", importlib.util.module_from_spec(spec))
-spec.loader.exec_module(reproduce)
+reproduce = script("reproduce")
 
 
 def slug(heading):

@@ -102,7 +102,7 @@ TUNING_DEFAULTS = {"trials": 8, "tune_seeds": [100], "sampler": "grid", "select"
 def _defaults(args: argparse.Namespace) -> None:
     """Fill the tuning options left out; with ``--from`` they must be left out (the earlier tuning set them)."""
     given = [k for k in TUNING_DEFAULTS if getattr(args, k) is not None]
-    if getattr(args, "reuse", None) is not None and given:
+    if args.reuse is not None and given:
         flag = "--" + given[0].replace("_", "-")
         raise FedbenchError(f"{flag} does not apply with --from: the trials, their seeds and the selection rule are "
                             f"those of {args.reuse}. Fix: leave out {flag}, or tune anew without --from.")
@@ -200,7 +200,7 @@ def make_plan(args: argparse.Namespace, key: str, values: List[str], task: List[
     from fedbench.tune.space import resolve
 
     _defaults(args)
-    reused = _reused(args.reuse, key, values) if getattr(args, "reuse", None) is not None else None
+    reused = _reused(args.reuse, key, values) if args.reuse is not None else None
     if reused:
         args.trials, args.tune_seeds, args.select = reused["budget"], reused["tune_seeds"], reused["select"]
         args.sampler, args.val_fraction = reused["sampler"], reused["val_fraction"]

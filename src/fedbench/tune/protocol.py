@@ -67,8 +67,8 @@ class Plan:
     @classmethod
     def load(cls, path: Path) -> "Plan":
         try:
-            data = json.loads(Path(path).read_text())
-            return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data or f.name != "reused"})
+            data = {"reused": None, **json.loads(Path(path).read_text())}  # plans written before --from
+            return cls(**{f.name: data[f.name] for f in fields(cls)})
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise FedbenchError(f"Cannot read the tuning plan {path} ({exc}). Fix: start a new tuning directory "
                                 "(leave out --dir), or restore the file.") from None
@@ -209,7 +209,7 @@ class Tuning:
         """``--from``: the choices of an earlier tuning, its record copied into ``selection.json`` with the
         overrides its trials ran under (``selected_under``) beside the finals' own (``overrides``)."""
         reused = self.plan.reused
-        record = {m: reused["methods"][m] for m in self.plan.methods}
+        record = reused["methods"]  # the methods of this plan, as fedbench-tune --from checked them
         self.echo(f"fedbench-tune: phase 1 skipped: the choices of {reused['file']} ({self.plan.trials} trial(s) "
                   f"per method on seed(s) {', '.join(map(str, self.plan.tune_seeds))}, under "
                   f"{' '.join(reused['overrides'])})")
