@@ -78,6 +78,25 @@ def test_fmnist_loader_on_written_idx_files(tmp_path, gz):
     assert torch.allclose(mnist_norm.x_train[0, 0], (raw - 0.1307) / 0.3081, atol=1e-6)
 
 
+def test_own_normalization_does_not_depend_on_the_thread_count():
+    """torch splits a reduction among its threads and the split changes the last bits of a sum; the statistics of
+    normalize=own are taken on one thread, so a job's data does not depend on the thread count its process had
+    before it (a launcher's reused worker after a job with another engine.num_threads, loky's OMP_NUM_THREADS)."""
+    from fedbench.data.sources import DatasetConfig, normalized
+
+    x = torch.rand(1000, 1, 28, 28, generator=torch.Generator().manual_seed(0))  # large enough to be split
+    before, outs = torch.get_num_threads(), []
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            data = normalized("x", x, None, x[:2], None, 10, DatasetConfig(name="x"))
+            outs.append((data.x_train, data.pad_fill))
+            assert torch.get_num_threads() == threads  # the process's count is left as it was
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(a, b) and torch.equal(fa, fb) for (a, fa), (b, fb) in zip(outs, outs[1:]))
+
+
 def test_fmnist_missing_names_the_files(tmp_path):
     cfg = compose("dataset=fmnist", "dataset.system_dirs=[]").dataset
     with pytest.raises(DataUnavailableError, match="train-images-idx3-ubyte.*FashionMNIST/raw"):

@@ -1,6 +1,7 @@
 """Sweeps: failure isolation and the status table, the joblib / submitit / Ray launchers, unique output directories,
 and pre-emption under a scheduler (SIGUSR2 handed on to submitit's handler after a checkpoint)."""
 
+import csv
 import json
 import os
 import signal
@@ -8,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import ROOT, TINY, compose
 
@@ -64,6 +66,29 @@ def test_process_launchers_run_a_sweep_with_the_numbers_of_a_single_run(tmp_path
 
     _, single = run_resumable(compose(*SMOKE, "seed=1", "engine.num_threads=1"), tmp_path / "single", tmp_path / "data")
     assert accs["1_fedavg_seed1"] == single["final_test_acc"]
+
+
+def test_a_job_gives_the_same_numbers_whatever_ran_before_it_in_its_process(tmp_path):
+    """A sweep runs jobs one after another in one process (the basic launcher, a reused loky worker, a pack), each
+    leaving its engine.num_threads behind: the next job's numbers, every metric of every evaluation, are those of
+    the job alone. FashionMNIST-format files of 1,000 images make normalize=own's reduction large enough to split."""
+    from conftest import call, write_fake_mnist
+
+    write_fake_mnist(tmp_path / "data" / "FashionMNIST" / "raw", n_train=1000, n_test=50)
+    args = ["dataset=fmnist", "dataset.system_dirs=[]", "partition=iid", "partition.num_clients=10", "model=logreg",
+            "logger=none", "rounds=4", "eval_every=2", "participation.selection.clients_per_round=4",
+            "client.lr=0.1", "engine.num_threads=1"]
+    before, metrics = torch.get_num_threads(), []
+    try:
+        for threads in (1, 2):  # what the previous job (or loky's OMP_NUM_THREADS) left
+            torch.set_num_threads(threads)
+            code, out, job = call(args, tmp_path, f"after_{threads}")
+            assert code == 0, out
+            rows = list(csv.DictReader((job / "metrics.csv").open()))
+            metrics.append([{k: v for k, v in row.items() if k != "wall_time"} for row in rows])
+    finally:
+        torch.set_num_threads(before)
+    assert len(metrics[0]) == 2 and metrics[0] == metrics[1]
 
 
 def test_ray_preset_composes():

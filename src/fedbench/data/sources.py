@@ -111,6 +111,20 @@ def _mode(cfg) -> str:
     return cfg.normalize.value if hasattr(cfg.normalize, "value") else str(cfg.normalize)
 
 
+def channel_stats(x: torch.Tensor) -> tuple:
+    """Per-channel mean and standard deviation of ``x`` (NCHW, or N x features: one channel), taken on one thread.
+    torch splits a large reduction among its threads and the split changes the last bits of the sum, so on the
+    process's threads the data would depend on the count a previous job of the process left (a launcher's reused
+    worker, a pack) or the launcher's environment (loky's OMP_NUM_THREADS): the same job would not train the same."""
+    dims = [0, 2, 3] if x.dim() == 4 else list(range(x.dim()))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return x.mean(dim=dims), x.std(dim=dims)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def normalized(name: str, x_train: torch.Tensor, y_train, x_test: torch.Tensor, y_test, num_classes: int, cfg,
                natural_clients=None) -> CentralData:
     """Per-channel normalization: ``own`` uses the training split's mean/std, ``mnist`` (0.1307, 0.3081),
@@ -118,8 +132,7 @@ def normalized(name: str, x_train: torch.Tensor, y_train, x_test: torch.Tensor, 
     mode = _mode(cfg)
     channels = x_train.shape[1] if x_train.dim() == 4 else 1
     if mode == "own":
-        dims = [0, 2, 3] if x_train.dim() == 4 else list(range(x_train.dim()))
-        mean, std = x_train.mean(dim=dims), x_train.std(dim=dims)
+        mean, std = channel_stats(x_train)
     elif mode == "mnist":
         mean, std = torch.tensor(MNIST_STATS[0] * channels), torch.tensor(MNIST_STATS[1] * channels)
     elif mode == "custom":

@@ -129,7 +129,9 @@ def _reused(path: Path, key: str, values: List[str]) -> dict:
     if missing:
         raise FedbenchError(f"Invalid --from {path}: no choice for {key}={missing[0]}. Allowed: {', '.join(chosen)}. "
                             "Fix: compare methods that tuning chose a configuration for.")
-    return {"file": str(Path(path).resolve()), **kept, "methods": {m: record[m] for m in values}}
+    where = Path(path).resolve()  # as the records show it: from the command's folder when it lies there
+    shown = where.relative_to(Path.cwd()) if where.is_relative_to(Path.cwd()) else where
+    return {"file": str(shown), **kept, "methods": {m: record[m] for m in values}}
 
 
 def _split(overrides: Sequence[str], key: str) -> tuple:
