@@ -141,6 +141,23 @@ def test_an_algorithm_without_a_completed_trial_runs_no_finals_and_fails_the_com
     assert (tmp_path / "report" / "results.md").is_file()
 
 
+def test_a_choice_that_diverges_on_final_seeds_is_recorded_and_said_with_the_remedy(tmp_path):
+    def outcome(p):  # mifa's choice trains on the tuning seed and diverges on final seed 1
+        if p["algo"] == "mifa" and p["seed"] == "1":
+            return "diverged", [0.5], [0.5]
+        return "completed", [0.5 + float(p["client.lr"])], [0.7]
+
+    said = []
+    failed = Tuning(plan(trials=2), tmp_path, fake_launcher(tmp_path, outcome, []), echo=said.append).run()
+    assert failed == []  # a diverged final is a result, not a failure
+    record = json.loads((tmp_path / "selection.json").read_text())["methods"]
+    assert record["mifa"]["finals_diverged"] == [1] and "finals_diverged" not in record["fedavg"]
+    warning = [s for s in said if "warning" in s]
+    assert len(warning) == 1 and warning[0].startswith("fedbench-tune: warning: mifa: its choice (client.lr=0.3) "
+                                                       "diverged on final seed(s) 1 of 2")
+    assert "--tune-seeds 100,101" in warning[0]
+
+
 def test_the_report_has_one_group_per_method_with_its_chosen_and_own_settings(tmp_path):
     def outcome(p):
         return "completed", [0.5, 0.9 - float(p["client.lr"])], [0.5, 0.6]

@@ -273,12 +273,35 @@ class Tuning:
 
     # -- phase 2 ------------------------------------------------------------------------------------------------
     def finals(self, chosen: Dict[str, Optional[dict]]) -> List[Job]:
-        jobs = [self._job(f"final/{method}_seed{s}", method, pick["params"], s)
+        jobs = [self._job(_final(method, s), method, pick["params"], s)
                 for method, pick in chosen.items() if pick is not None for s in self.plan.seeds]
         self.echo(f"fedbench-tune: phase 2: the chosen configurations on seed(s) "
                   f"{', '.join(map(str, self.plan.seeds))}")
         self.launch(jobs)
+        self._flag_unstable(chosen)
         return jobs
+
+    def _flag_unstable(self, chosen: Dict[str, Optional[dict]]) -> None:
+        """A choice that diverged on final seeds trained on the tuning seed(s) at the edge of its stability, and
+        the method's comparisons rest on the seeds that completed. Recorded in selection.json (the method's
+        ``finals_diverged``: those seeds) and said with the remedy: more tuning seeds, on any of which a diverged
+        run makes its configuration score worst."""
+        path = self.root / "selection.json"
+        selection = json.loads(path.read_text())
+        for method, pick in chosen.items():
+            entry = selection["methods"][method]
+            entry.pop("finals_diverged", None)
+            seeds = [] if pick is None else [s for s in self.plan.seeds
+                                             if read_status(self.root / _final(method, s)) == "diverged"]
+            if seeds:
+                entry["finals_diverged"] = seeds
+                n = len(self.plan.seeds)
+                self.echo(f"fedbench-tune: warning: {method}: its choice ({' '.join(pick['overrides'])}) diverged "
+                          f"on final seed(s) {', '.join(map(str, seeds))} of {n}: it trained on the tuning seed(s) "
+                          f"at the edge of stability, and its comparisons rest on the {n - len(seeds)} seed(s) that "
+                          "completed. For a choice that trains on every seed, tune on more seeds (e.g. --tune-seeds "
+                          "100,101: a configuration that diverges on any of them scores worst)")
+        write_text(path, json.dumps(selection, indent=2) + "\n")
 
     def report(self) -> Optional[Path]:
         """``fedbench-report`` of the final runs: one group per method; the chosen values and every other setting
@@ -305,6 +328,11 @@ class Tuning:
         self.echo(f"fedbench-tune: results in {self.root} (selection.json"
                   + (f", {out / 'index.html'}" if out else "") + ")")
         return self.failed
+
+
+def _final(method: str, seed: int) -> str:
+    """The run directory of a method's final run on ``seed``, under the tuning directory."""
+    return f"final/{method}_seed{seed}"
 
 
 def check_seeds(tune_seeds: Sequence[int], seeds: Sequence[int]) -> None:
