@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, TINY, compose
+from conftest import ROOT, TINY, call, compose, write_fake_mnist
 
 from fedbench.checkpoint import Checkpointer
 from fedbench.engine.simulation import RunControl, Simulation
@@ -72,8 +72,6 @@ def test_a_job_gives_the_same_numbers_whatever_ran_before_it_in_its_process(tmp_
     """A sweep runs jobs one after another in one process (the basic launcher, a reused loky worker, a pack), each
     leaving its engine.num_threads behind: the next job's numbers, every metric of every evaluation, are those of
     the job alone. FashionMNIST-format files of 1,000 images make normalize=own's reduction large enough to split."""
-    from conftest import call, write_fake_mnist
-
     write_fake_mnist(tmp_path / "data" / "FashionMNIST" / "raw", n_train=1000, n_test=50)
     args = ["dataset=fmnist", "dataset.system_dirs=[]", "partition=iid", "partition.num_clients=10", "model=logreg",
             "logger=none", "rounds=4", "eval_every=2", "participation.selection.clients_per_round=4",

@@ -20,9 +20,9 @@ from fedbench.checkpoint import Checkpointer
 from fedbench.config.checks import validate
 from fedbench.training.client_state import ClientStateStore
 from fedbench.training.cohort import CohortTrainer, unsupported
-from fedbench.engine.stack import (EVAL_BATCH, auto_threads, available_cores, clients_per_round, cpu_description,
-                                   local_stack, resolve_device)
-from fedbench.config.launchers import check_engine_here
+from fedbench.engine.stack import (EVAL_BATCH, auto_threads, clients_per_round, cpu_description, local_stack,
+                                   resolve_device)
+from fedbench.config.launchers import check_engine_here, cores
 from fedbench.engine.workers import WorkerPool
 from fedbench.training.evaluation import evaluate
 from fedbench.training.schedule import lr_at
@@ -84,7 +84,7 @@ class Simulation:
         self.device = resolve_device(cfg.engine.device)
         seed = cfg.seed
         # the set-up runs at this job's thread count, never at the one its process's previous job left
-        torch.set_num_threads(cfg.engine.num_threads or available_cores())
+        torch.set_num_threads(cfg.engine.num_threads or cores())
         self.data, self.module, self.trainer = local_stack(cfg, root, self.device, warn=True)
         model = self.module.model
         kind = cfg.engine.client_runner.value

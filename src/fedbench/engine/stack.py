@@ -5,7 +5,6 @@ federated data, the checked model, its ``LocalModule`` with the run's numerics, 
 from __future__ import annotations
 
 import json
-import os
 import weakref
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from fedbench.config.launchers import cores
 from fedbench.config.schema import NoiseSpread
 from fedbench.data import FederatedData, build_federated
 from fedbench.errors import ConfigError, FedbenchError, require
@@ -52,13 +52,9 @@ THREADS_WORK = 2_000_000
 EVAL_BATCH = {"cpu": 256, "cuda": 8192}
 
 
-def available_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def auto_threads(dim: int, batch: int, cohort: int) -> int:
     """``engine.num_threads=0``: one thread for small local steps, every available core above ``THREADS_WORK``."""
-    return available_cores() if dim * batch * cohort >= THREADS_WORK else 1
+    return cores() if dim * batch * cohort >= THREADS_WORK else 1
 
 
 def cpu_description() -> dict:
@@ -75,7 +71,7 @@ def cpu_description() -> dict:
     except OSError:
         pass
     return {"model": model or platform.processor() or platform.machine(),
-            "capability": torch.backends.cpu.get_cpu_capability(), "cores": available_cores()}
+            "capability": torch.backends.cpu.get_cpu_capability(), "cores": cores()}
 
 
 def clients_per_round(cfg: DictConfig, n: int) -> int:
