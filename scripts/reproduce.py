@@ -57,6 +57,7 @@ class Section:
     tiny: List[str] = field(default_factory=list)
     space: List[str] = field(default_factory=list)  # --space KEY=V1,V2: a sub-grid, the same for every method
     after: str = ""  # the section whose choices this one runs (fedbench-tune --from its selection.json), no trials
+    tune_seeds: str = "100"  # more than one where a single seed's choice proved unstable on the finals
     paper: str = ""
 
     def selection(self, scale: str, out: Path) -> Path:
@@ -77,7 +78,7 @@ class Section:
         directory = out / self.paper / scale / self.name
         tuning = (["--from", str(self.selection(scale, out))] if self.after else
                   ["--trials", str(trials), *[arg for item in self.space for arg in ("--space", item)],
-                   "--tune-seeds", "100"])
+                   "--tune-seeds", self.tune_seeds])
         return ([sys.executable, "-m", "fedbench.tune.cli", *last_wins(overrides), *which, *tuning, "--seeds", seeds,
                  "--dir", str(directory), *launcher, *extra], directory)
 
@@ -96,6 +97,8 @@ FEDAMD_TINY = [*LENET_TINY, "participation.selection.clients_per_round=4"]
 #: every other eta_l of FedAMD's grid and its extreme eta_s: 6 of its 18 points, the same for every method
 FEDAMD_SUBGRID = ["client.lr=0.1,0.02,0.005", "algo.server_lr=1.0,0.1"]
 GRADMA = ["gradma", "fedavg", "gradma_w", "gradma_s", "fedavgm", "mifa", "moon", "feddyn", "mimelite", "fedmlb"]
+#: the methods of GradMA's claims (GradMA >> FedAvg; GradMA-S >> GradMA-W; GradMA >= GradMA-S)
+GRADMA_CLAIMS = ["gradma", "fedavg", "gradma_w", "gradma_s"]
 GRADMA_TINY = [*LENET_TINY, "participation.selection.clients_per_round=4"]
 
 PAPERS: Dict[str, List[Section]] = {
@@ -158,6 +161,10 @@ PAPERS: Dict[str, List[Section]] = {
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"], tiny=GRADMA_TINY),
         Section("dir0.1_fullgrid", "gradma_cifar10_dir0.01_small", "algo", GRADMA, trials=9,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
+                tiny=GRADMA_TINY),
+        # the full grid's claims on two tuning seeds: its one-seed choice for GradMA diverged on every final seed
+        Section("dir0.01_fullgrid_2seeds", "gradma_cifar10_dir0.01_small", "algo", GRADMA_CLAIMS, trials=9,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"], tune_seeds="100,101",
                 tiny=GRADMA_TINY),
     ],
 }

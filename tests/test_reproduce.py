@@ -51,6 +51,8 @@ def test_every_section_composes_with_a_space_for_every_method(tmp_path, scale):
             assert plan.methods == section.methods and plan.trials == section.trials
             assert all(plan.spaces[m] for m in plan.methods), (paper, section.name)
             assert set(plan.seeds).isdisjoint(plan.tune_seeds)
+            if not section.after:
+                assert list(plan.tune_seeds) == [int(s) for s in section.tune_seeds.split(",")]
 
 
 def test_a_launcher_override_replaces_the_sections_and_bad_arguments_are_refused(capsys):
