@@ -102,6 +102,8 @@ def test_each_result_section_is_the_output_of_the_command_it_shows(heading, body
     assert without_dir(shlex.split(shown.group(1))) == without_dir(cmd[3:]), heading
     assert selection["budget"] == section.trials
     assert ",".join(map(str, selection["seeds"])) == section.seeds["small"]
+    if not section.after:  # a carried selection keeps the tuning seeds of the section it came from
+        assert ",".join(map(str, selection["tune_seeds"])) == section.tune_seeds, heading
     for item in section.space:
         key, values = item.split("=", 1)
         for method, entry in selection["methods"].items():
