@@ -113,6 +113,17 @@ PAPERS: Dict[str, List[Section]] = {
                 seeds={"small": "0,1,2", "full": "0,1,2"}, launcher="packed", after="periodic",
                 overrides=["rounds=20000", "eval_every=100", "checkpoint_every=2000"],
                 tiny=["rounds=8", "eval_every=2", "partition.num_clients=20"]),
+        # the 1,200-round tuning on two seeds: amplified FedAvg's one-seed choice (1e-5 over 1e-4) won by 0.0007
+        Section("periodic_2seeds", "wang22_fmnist_periodic_small", "algo",
+                ["amplified_fedavg", "no_amplification", "wait_minibatch", "wait_full"], trials=5,
+                seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, launcher="packed", tune_seeds="100,101",
+                tiny=["rounds=6", "eval_every=2", "partition.num_clients=20"]),
+        # the 20,000-round twin at the two-seed tuning's choices
+        Section("periodic_20k_2seeds", "wang22_fmnist_periodic_small", "algo",
+                ["amplified_fedavg", "no_amplification", "wait_minibatch", "wait_full"], trials=5,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, launcher="packed", after="periodic_2seeds",
+                overrides=["rounds=20000", "eval_every=100", "checkpoint_every=2000"],
+                tiny=["rounds=8", "eval_every=2", "partition.num_clients=20"]),
     ],
     "mimic": [
         Section("roundrobin", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,

@@ -260,9 +260,10 @@ def check_evaluation(sim):
 ROUNDS = [10, 20, 30, 40]  # the evaluations of a fake run
 
 
-def write_fake_run(folder, algo, seed, acc, status="completed", reason=None, error=None, lr=0.1):
+def write_fake_run(folder, algo, seed, acc, status="completed", reason=None, error=None, lr=0.1, global_loss=None):
     """A run directory as fedbench writes it (config.yaml, metrics.csv at ROUNDS, rounds.csv, summary.json), or
-    one that failed with ``error``: for the report's tests."""
+    one that failed with ``error``: for the report's tests. ``global_loss``: a global_train_loss column (a run with
+    ``engine.eval_train``)."""
     folder.mkdir(parents=True)
     config = {"seed": seed, "rounds": 40, "targets": [0.5, 0.7], "algo": {"name": algo, "kind": algo, "mu": 0.1 if algo ==
               "fedprox" else None}, "client": {"lr": lr}, "logger": {"wandb": False},
@@ -274,9 +275,10 @@ def write_fake_run(folder, algo, seed, acc, status="completed", reason=None, err
     with open(folder / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["round", "test_acc", "test_loss", "train_loss", "wall_time", "grad_evals", "floats_up",
-                    "floats_down"])
+                    "floats_down"] + (["global_train_loss"] if global_loss else []))
         for i, (r, a) in enumerate(zip(ROUNDS, acc)):
-            w.writerow([r, a, 2 - a, 2.1 - a, 1.5 * r, 160 * r, 1000 * r, 1000 * r])
+            w.writerow([r, a, 2 - a, 2.1 - a, 1.5 * r, 160 * r, 1000 * r, 1000 * r]
+                       + ([global_loss[i]] if global_loss else []))
     with open(folder / "rounds.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["round", "available", "selected", "completed", "train_loss"])

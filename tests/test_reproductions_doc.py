@@ -2,7 +2,7 @@
 
 Every result section (a section that links a selection record under ``docs/tuned/``) rests on at least 3 final
 seeds, disjoint from the tuning seeds, with the same trial budget for every method and a choice for each; it is the
-output of the ``make reproduce`` section it shows (same preset, overrides, methods, trials and seeds as
+output of the ``make reproduce`` section it shows (at the scale it names, ``small`` unless ``SCALE=`` says otherwise; same preset, overrides, methods, trials and seeds as
 scripts/reproduce.py declares); and it states the hardware, its wall times, the trial count, each method's chosen
 values and paired verdicts with their CIs. The summary table and the README link every result section by its
 heading's anchor.
@@ -88,20 +88,20 @@ def test_each_result_section_rests_on_its_protocol(heading, body, record):
 
 @pytest.mark.parametrize("heading, body, record", RESULTS, ids=[slug(h) for h, _, _ in RESULTS])
 def test_each_result_section_is_the_output_of_the_command_it_shows(heading, body, record):
-    call = re.search(r"make reproduce PAPER=(\w+)(?: ARGS=\"--section ([\w.]+)\")?", body)
+    call = re.search(r"make reproduce PAPER=(\w+)(?: SCALE=(\w+))?(?: ARGS=\"--section ([\w.]+)\")?", body)
     assert call, f"{heading}: no make reproduce command"
-    paper, name = call.group(1), call.group(2)
+    paper, scale, name = call.group(1), call.group(2) or "small", call.group(3)
     declared = reproduce.PAPERS[paper]
     section = next(s for s in declared if s.name == name) if name else declared[0]
     selection = json.loads((ROOT / "docs" / "tuned" / record).read_text())
-    cmd, _ = section.command("small", ROOT / "outputs" / "reproduce", [])
+    cmd, _ = section.command(scale, ROOT / "outputs" / "reproduce", [])
     assert cmd[3:cmd.index("--algos" if section.key == "algo" else "--compare")] == selection["overrides"]
     assert list(selection["methods"]) == section.methods
     shown = re.search(r"^fedbench-tune (.+?)\n```", re.sub(r"\\\n\s*", "", body), re.M | re.S)
     assert shown, f"{heading}: the fedbench-tune command is not shown"
     assert without_dir(shlex.split(shown.group(1))) == without_dir(cmd[3:]), heading
     assert selection["budget"] == section.trials
-    assert ",".join(map(str, selection["seeds"])) == section.seeds["small"]
+    assert ",".join(map(str, selection["seeds"])) == section.seeds[scale]
     if not section.after:  # a carried selection keeps the tuning seeds of the section it came from
         assert ",".join(map(str, selection["tune_seeds"])) == section.tune_seeds, heading
     for item in section.space:

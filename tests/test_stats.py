@@ -1,6 +1,7 @@
 """Paired statistics (``fedbench.stats``) against hand-computed cases and scipy, and the report's comparisons on a
 synthetic sweep (paired by seed, one differing key, verdicts only where the CI excludes 0)."""
 
+import json
 import math
 
 import numpy as np
@@ -70,3 +71,40 @@ def test_report_writes_paired_comparisons(tmp_path):
     assert "not distinguishable at n=4" in rows[("algo=a", "algo=c", "final test acc")]
     assert (out / "profile.png").is_file() and "Paired comparisons" in (out / "index.html").read_text()
     assert "IQM" in text
+
+
+def test_the_global_training_loss_is_tabulated_compared_lower_is_better_and_drawn(tmp_path):
+    """Runs with engine.eval_train: the final global training loss gets a column, a paired comparison whose verdict
+    names the lower loss, and a fourth curve panel; runs without it get none of these."""
+    from PIL import Image
+
+    root = tmp_path / "sweep"
+    # b's final global loss is 0.05-0.07 below a's on every seed (the accuracies tie); nan rows are skipped
+    losses = {"a": [0.90, 0.80, 0.85, 0.95], "b": [0.84, 0.74, 0.79, 0.88]}
+    k = 0
+    for algo, finals in losses.items():
+        for seed, loss in enumerate(finals):
+            write_fake_run(root / str(k), algo, seed, [0.1, 0.2, 0.5, 0.6 + seed / 100],
+                           global_loss=[2.0, 1.5, loss, math.nan if seed == 0 else loss])
+            k += 1
+    out = report([root])
+    rows = {r.split("|")[1].strip(): r for r in (out / "results.md").read_text().splitlines()[2:]}
+    assert "| final global train loss |" in (out / "results.md").read_text()
+    assert "| 0.875 ± 0.065 |" in rows["algo=a"] and "| 0.8125 ± 0.061 |" in rows["algo=b"]
+    text = (out / "comparisons.md").read_text()
+    loss = next(r for r in text.splitlines() if "| final global train loss |" in r)
+    assert "algo=b better" in loss and "| 1.00 |" in loss  # A's loss is the higher on every seed
+    compared = json.loads((out / "report.json").read_text())["comparisons"]
+    diff = next(c for c in compared if c["score"] == "final global train loss")
+    assert diff["mean_diff"] == pytest.approx(0.0625) and 0 < diff["ci_low"] <= diff["ci_high"]
+    assert "lower is better" in text
+    acc = next(r for r in text.splitlines() if "| final test acc |" in r)
+    assert "not distinguishable at n=4" in acc  # the same accuracies: the loss alone separates them
+    with_panel = Image.open(out / "curves_round.png").size[0]
+
+    plain = tmp_path / "plain"
+    for k, seed in enumerate(range(2)):
+        write_fake_run(plain / str(k), "a", seed, [0.1, 0.2, 0.5, 0.6])
+    out = report([plain])
+    assert "global" not in (out / "results.md").read_text() + (out / "comparisons.md").read_text()
+    assert Image.open(out / "curves_round.png").size[0] == pytest.approx(with_panel * 3 / 4, rel=0.02)

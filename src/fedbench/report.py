@@ -11,7 +11,9 @@ a target the counters of the first evaluation at or above it. Means and standard
 are over the group's completed runs; diverged, failed and interrupted runs are listed with their reasons and left
 out of the means. Writes into ``<first dir>/report/`` (or ``--out``): ``curves_<axis>.png/.pdf`` (test accuracy,
 test loss and training loss against rounds, gradient evaluations and floats communicated; mean line and a shaded
-band of ±1 std, distinct line styles and markers for black-and-white print), ``results.md``, ``results.tex``,
+band of ±1 std, distinct line styles and markers for black-and-white print; where runs evaluated it
+(``engine.eval_train``), a fourth panel, the global training loss, which the tables and paired comparisons give
+too: the training loss above is the participants' own during their local steps), ``results.md``, ``results.tex``,
 ``participation.md`` with each group's seed-0 trace image, ``report.json`` and ``index.html``.
 
 A damaged run (a file missing, truncated, not UTF-8, or not what it claims: ``load_run``) is left out and listed
@@ -329,8 +331,22 @@ def best_acc(run: Run) -> float:
     return float(np.nanmax(run.metrics["test_acc"]))
 
 
-#: the scores compared seed by seed (``comparisons``) and aggregated (``aggregate``: the first)
-SCORES = (("final test acc", final_acc), ("best test acc", best_acc))
+def final_global_loss(run: Run) -> float:
+    """The global training loss (``engine.eval_train``: the global model on the whole training set, the loss the
+    FedSRC and Wang-Ji papers plot) at the run's last evaluation that has one; nan where the run has none."""
+    loss = run.metrics.get("global_train_loss", np.array([]))
+    loss = loss[np.isfinite(loss)]
+    return float(loss[-1]) if loss.size else math.nan
+
+
+def has_global_loss(run: Run) -> bool:
+    return math.isfinite(final_global_loss(run))
+
+
+#: the scores compared seed by seed (``comparisons``; higher is better unless flagged) and aggregated
+#: (``aggregate``: the first); the global training loss only between groups whose runs all evaluated it
+SCORES = (("final test acc", final_acc, True), ("best test acc", best_acc, True),
+          ("final global train loss", final_global_loss, False))
 
 
 def group_table(group: Group, targets: Sequence[float]) -> dict:
@@ -338,6 +354,7 @@ def group_table(group: Group, targets: Sequence[float]) -> dict:
     row = {"group": group.label, "runs": len(group.runs), "completed": len(done),
            "final_acc": mean_std([final_acc(r) for r in done]),
            "best_acc": mean_std([best_acc(r) for r in done]),
+           "global_loss": mean_std([final_global_loss(r) for r in done if has_global_loss(r)]),
            "wall_time": mean_std([r.wall for r in done]),
            "flags": [f"{r.status} (seed {r.seed}): {r.reason or 'no reason recorded'}" for r in group.runs
                      if r not in done], "targets": {}, "timed": any("sim_hours" in r.metrics for r in done)}
@@ -370,15 +387,21 @@ def _timed(rows: List[dict]) -> bool:
     return any(r.get("timed") for r in rows)
 
 
-def _columns(targets: Sequence[float], timed: bool = False) -> List[str]:
-    cols = ["group", "seeds", "final acc", "best acc"]
+def _lossy(rows: List[dict]) -> bool:
+    """Whether any group evaluated the global training loss (the tables then give its final value)."""
+    return any(r["global_loss"][2] for r in rows)
+
+
+def _columns(targets: Sequence[float], timed: bool = False, lossy: bool = False) -> List[str]:
+    cols = ["group", "seeds", "final acc", "best acc"] + (["final global train loss"] if lossy else [])
     for t in targets:
         cols += [f"rounds to {t:g}", f"grads to {t:g}", f"floats to {t:g}"] + ([f"sim hours to {t:g}"] if timed else [])
     return cols + ["wall s", "flags"]
 
 
-def _cells(row: dict, targets: Sequence[float], timed: bool = False) -> List[str]:
+def _cells(row: dict, targets: Sequence[float], timed: bool = False, lossy: bool = False) -> List[str]:
     cells = [row["group"], f"{row['completed']}/{row['runs']}", _fmt(row["final_acc"]), _fmt(row["best_acc"])]
+    cells += [_fmt(row["global_loss"])] if lossy else []
     for t in targets:
         hit = row["targets"][f"{t:g}"]
         reach = f" ({hit['reached']}/{row['completed']})" if hit["reached"] < row["completed"] else ""
@@ -388,10 +411,11 @@ def _cells(row: dict, targets: Sequence[float], timed: bool = False) -> List[str
 
 
 def markdown(rows: List[dict], targets: Sequence[float]) -> str:
-    timed = _timed(rows)
-    cols = _columns(targets, timed)
+    timed, lossy = _timed(rows), _lossy(rows)
+    cols = _columns(targets, timed, lossy)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r, targets, timed)) + " |" for r in rows]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r, targets, timed, lossy)) + " |"
+              for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -399,11 +423,11 @@ def latex(rows: List[dict], targets: Sequence[float]) -> str:
     def esc(s: str) -> str:
         return re.sub(r"([_%&#$])", r"\\\1", s).replace("±", r"$\pm$").replace("—", "--")
 
-    timed = _timed(rows)
-    cols = _columns(targets, timed)
+    timed, lossy = _timed(rows), _lossy(rows)
+    cols = _columns(targets, timed, lossy)
     out = [r"\begin{tabular}{l" + "r" * (len(cols) - 2) + "l}", r"\toprule",
            " & ".join(esc(c) for c in cols) + r" \\", r"\midrule"]
-    out += [" & ".join(esc(c) for c in _cells(r, targets, timed)) + r" \\" for r in rows]
+    out += [" & ".join(esc(c) for c in _cells(r, targets, timed, lossy)) + r" \\" for r in rows]
     return "\n".join(out + [r"\bottomrule", r"\end{tabular}"]) + "\n"
 
 
@@ -437,9 +461,11 @@ def plot_curves(groups: List[Group], out: Path) -> List[Path]:
     import matplotlib.pyplot as plt
 
     written = []
+    lossy = any(has_global_loss(r) for g in groups for r in g.runs)
+    metrics = METRICS + ((("global_train_loss", label("global_train_loss")),) if lossy else ())
     for axis, axis_label in drawn_axes(groups):
-        fig, axes = plt.subplots(1, len(METRICS), figsize=(5 * len(METRICS), 3.8), dpi=110)
-        for ax, (metric, metric_label) in zip(axes, METRICS):
+        fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.8), dpi=110)
+        for ax, (metric, metric_label) in zip(axes, metrics):
             for k, g in enumerate(groups):
                 runs = g.completed or g.runs
                 curve = _curve(runs, axis, metric)
@@ -511,9 +537,12 @@ def comparisons(groups: List[Group]) -> List[dict]:
             key = differ[0]
             short = _short(key)
             names = (f"{short}={a.values[key]}", f"{short}={b.values[key]}")
-            for score, fn in SCORES:
+            for score, fn, higher_better in SCORES:
+                if not higher_better and not all(has_global_loss(r) for r in a.completed + b.completed):
+                    continue
                 seeds, x, y = stats.shared_seeds(a.by_seed(fn), b.by_seed(fn))
-                result = stats.paired(x, y, names)
+                # a loss: the verdict names the group whose loss is lower (A - B stays the raw difference)
+                result = stats.paired(x, y, names if higher_better else names[::-1])
                 rows.append({"a": a.label, "b": b.label, "differ": key, "score": score, "seeds": seeds,
                              **result.row(), "ci": stats.fmt_ci(result)})
     return rows
@@ -538,6 +567,9 @@ def _comparisons_md(rows: List[dict], agg: List[dict]) -> str:
              "P(A > B) over those seeds, and a verdict that names a winner only when the CI excludes 0 and so does "
              "the paired Student-t interval (the bootstrap is too narrow with few seeds).", "",
              "| A | B | score | seeds | A − B [95% CI] | P(A > B) | verdict |", "|---|---|---|---|---|---|---|"]
+    if any(not higher for score, _, higher in SCORES for r in rows if r["score"] == score):
+        lines[2] += (" On the final global training loss lower is better: the verdict names the group with the "
+                     "lower loss, and P(A > B) is the share of seeds where A's loss is the higher.")
     for r in rows:
         p = "—" if r["n"] == 0 else f"{r['p_improvement']:.2f}"
         lines.append(f"| {r['a']} | {r['b']} | {r['score']} | {r['n']} | {r['ci']} | {p} | {r['verdict']} |")
@@ -578,8 +610,9 @@ def plot_profile(agg: List[dict], out: Path) -> None:
 
 def index_html(title: str, rows: List[dict], part: List[dict], targets: Sequence[float], n_runs: int,
                compared: str = "", axes: Sequence[tuple] = AXES) -> str:
-    timed = _timed(rows)
-    results = _html_table(_columns(targets, timed), [[html.escape(c) for c in _cells(r, targets, timed)] for r in rows])
+    timed, lossy = _timed(rows), _lossy(rows)
+    results = _html_table(_columns(targets, timed, lossy),
+                          [[html.escape(c) for c in _cells(r, targets, timed, lossy)] for r in rows])
     part_rows = [[html.escape(r["group"]), _fmt(r["available"], 3), _fmt(r["selected"], 3), _fmt(r["completed"], 3),
                   f'<img src="{r["trace"]}" alt="participation trace, seed {r["trace_seed"]}" width="360"{_MISSING}>'
                   if r["trace"] else "—"] for r in part]
