@@ -103,8 +103,8 @@ def test_the_global_training_loss_is_tabulated_compared_lower_is_better_and_draw
     with_panel = Image.open(out / "curves_round.png").size[0]
 
     plain = tmp_path / "plain"
-    for k, seed in enumerate(range(2)):
-        write_fake_run(plain / str(k), "a", seed, [0.1, 0.2, 0.5, 0.6])
+    for seed in range(2):
+        write_fake_run(plain / str(seed), "a", seed, [0.1, 0.2, 0.5, 0.6])
     out = report([plain])
     assert "global" not in (out / "results.md").read_text() + (out / "comparisons.md").read_text()
     assert Image.open(out / "curves_round.png").size[0] == pytest.approx(with_panel * 3 / 4, rel=0.02)

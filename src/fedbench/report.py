@@ -538,7 +538,7 @@ def comparisons(groups: List[Group]) -> List[dict]:
             short = _short(key)
             names = (f"{short}={a.values[key]}", f"{short}={b.values[key]}")
             for score, fn, higher_better in SCORES:
-                if not higher_better and not all(has_global_loss(r) for r in a.completed + b.completed):
+                if not higher_better and not all(math.isfinite(fn(r)) for r in a.completed + b.completed):
                     continue
                 seeds, x, y = stats.shared_seeds(a.by_seed(fn), b.by_seed(fn))
                 # a loss: the verdict names the group whose loss is lower (A - B stays the raw difference)
