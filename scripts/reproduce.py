@@ -150,6 +150,9 @@ PAPERS: Dict[str, List[Section]] = {
                   overrides=[f"participation.selection.clients_per_round={a}"],
                   space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY)
           for a in (40, 100)),
+        # the issue's budget (75 % or at least 500 rounds) at a20's choices: does FedAMD's peak rise with rounds?
+        Section("a20_500", "fedamd_fmnist_small", "algo", FEDAMD, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
+                after="a20", overrides=["rounds=500", "checkpoint_every=50"], tiny=FEDAMD_TINY),
     ],
     "gradma": [
         # the paper's eta_l grid at eta_g = 1 (3 of its 9 points; FedDyn's alpha drawn with it)
