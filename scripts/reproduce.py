@@ -150,7 +150,7 @@ PAPERS: Dict[str, List[Section]] = {
                   overrides=[f"participation.selection.clients_per_round={a}"],
                   space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY)
           for a in (40, 100)),
-        # FedAMD's claim against FedAvg on two tuning seeds: a20's one-seed choices diverged on one final seed each
+        # FedAMD's claim against FedAvg on two tuning seeds: a20's one-seed choice diverged on a final seed in a20_500
         Section("a20_2seeds", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=6,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, space=FEDAMD_SUBGRID, tune_seeds="100,101",
                 tiny=FEDAMD_TINY),
