@@ -44,7 +44,7 @@ import yaml
 from fedbench import stats
 from fedbench.engine.metrics import COST_AXES, CURVES, DERIVED, label
 from fedbench.errors import FedbenchError
-from fedbench.tree import flatten
+from fedbench.tree import flatten, strict_json
 
 #: config keys that never separate groups: the seed, and what only changes where or how a run is logged
 IGNORED = ("seed", "data.seed", "data.root", "data.cache", "logger.*", "resume", "checkpoint_every",
@@ -706,28 +706,15 @@ def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequ
     agg = aggregate(groups, "algo.name" if "algo.name" in varying else (varying[0] if varying else None))
     (out / "comparisons.md").write_text(_comparisons_md(pairs, agg))
     plot_profile(agg, out)
-    (out / "report.json").write_text(json.dumps(_strict_json(
+    (out / "report.json").write_text(json.dumps(strict_json(
         {"targets": list(targets), "groups": [{**r, "members": [str(run.path) for run in g.runs]}
                                               for r, g in zip(rows, groups)],
          "comparisons": pairs, "aggregate": [{k: v for k, v in a.items() if k != "scores"} for a in agg],
-         "unreadable": [{"path": str(p), "reason": why} for p, why in unreadable]}), indent=2, allow_nan=False))
+         "unreadable": [{"path": str(p), "reason": why} for p, why in unreadable]}), indent=2, allow_nan=False,
+        default=str))
     compared = _compared_html(pairs, agg) + _unreadable_html(unreadable)
     (out / "index.html").write_text(index_html(f"fedbench report: {', '.join(d.name for d in dirs)}",
                                                rows, part, targets, len(runs), compared, drawn_axes(groups)))
-
-
-def _strict_json(value):
-    """``value`` as standard JSON can hold it: a non-finite number (an unreached target's hours, a diverged run's
-    loss) becomes null, numpy scalars and arrays plain numbers and lists, anything else unknown its ``str``."""
-    if isinstance(value, dict):
-        return {str(k): _strict_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_strict_json(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    return value if value is None or isinstance(value, (str, int, bool)) else str(value)
 
 
 def _unreadable_md(unreadable: Sequence[Tuple[Path, str]]) -> str:

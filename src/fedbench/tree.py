@@ -1,7 +1,8 @@
-"""Nested plain containers (the resolved config as dicts and lists)."""
+"""Nested plain containers (the resolved config as dicts and lists; records written as strict JSON)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict
 
 
@@ -13,3 +14,17 @@ def flatten(node: Any, prefix: str = "") -> Dict[str, Any]:
     for k, v in node.items():
         out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
     return out
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` as strict JSON can hold it: NaN and infinities become None (strict JSON has no such numbers), and
+    numpy scalars and arrays their plain numbers and lists (``tolist``)."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value

@@ -15,7 +15,6 @@ import csv
 import hashlib
 import io
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -23,7 +22,7 @@ from typing import Any, Dict, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from fedbench.storage import guard, open_for_writing, write_text
-from fedbench.tree import flatten
+from fedbench.tree import flatten, strict_json
 
 _NOT_IN_GROUP = ("seed", "logger", "engine", "hydra")
 
@@ -39,17 +38,6 @@ def sweep_group(cfg: DictConfig) -> str:
     plain.get("data", {}).pop("seed", None)
     digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
     return f"{cfg.algo.name}-{cfg.dataset.name}-{digest}"
-
-
-def strict_json(value: Any) -> Any:
-    """``value`` with NaN and infinities replaced by None (strict JSON has no such numbers)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: strict_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict_json(v) for v in value]
-    return value
 
 
 def write_json(path: Path, value: Any) -> None:
