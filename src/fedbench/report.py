@@ -347,6 +347,7 @@ def has_global_loss(run: Run) -> bool:
 #: (``aggregate``: the first); the global training loss only between groups whose runs all evaluated it
 SCORES = (("final test acc", final_acc, True), ("best test acc", best_acc, True),
           ("final global train loss", final_global_loss, False))
+LOWER_IS_BETTER = {score for score, _, higher in SCORES if not higher}
 
 
 def group_table(group: Group, targets: Sequence[float]) -> dict:
@@ -354,7 +355,7 @@ def group_table(group: Group, targets: Sequence[float]) -> dict:
     row = {"group": group.label, "runs": len(group.runs), "completed": len(done),
            "final_acc": mean_std([final_acc(r) for r in done]),
            "best_acc": mean_std([best_acc(r) for r in done]),
-           "global_loss": mean_std([final_global_loss(r) for r in done if has_global_loss(r)]),
+           "global_loss": mean_std([final_global_loss(r) for r in done]),  # nan (left out) without eval_train
            "wall_time": mean_std([r.wall for r in done]),
            "flags": [f"{r.status} (seed {r.seed}): {r.reason or 'no reason recorded'}" for r in group.runs
                      if r not in done], "targets": {}, "timed": any("sim_hours" in r.metrics for r in done)}
@@ -567,7 +568,7 @@ def _comparisons_md(rows: List[dict], agg: List[dict]) -> str:
              "P(A > B) over those seeds, and a verdict that names a winner only when the CI excludes 0 and so does "
              "the paired Student-t interval (the bootstrap is too narrow with few seeds).", "",
              "| A | B | score | seeds | A − B [95% CI] | P(A > B) | verdict |", "|---|---|---|---|---|---|---|"]
-    if any(not higher for score, _, higher in SCORES for r in rows if r["score"] == score):
+    if any(r["score"] in LOWER_IS_BETTER for r in rows):
         lines[2] += (" On the final global training loss lower is better: the verdict names the group with the "
                      "lower loss, and P(A > B) is the share of seeds where A's loss is the higher.")
     for r in rows:
