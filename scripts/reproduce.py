@@ -9,7 +9,8 @@ preset itself at ``full``): every method gets the same number of trials from its
 the preset declares one), selection on the validation split, then the final seeds; the tuning directory's
 ``selection.json`` and ``report/`` (``fedbench-report``: tables, paired comparisons, curves) are the section's
 evidence. The directory is ``<out>/<paper>/<scale>/<section>``, so rerunning the same command continues it: finished
-trials and final runs are skipped.
+trials and final runs are skipped. A section ``joint`` with an earlier one (other methods, tuned alike:
+``check_joint``) then writes ``report_joint/``: ``fedbench-report`` of both sections' final runs.
 
 ``tiny`` shrinks the small presets to seconds (the first two methods, two trials, final seeds 0 and 1): it checks
 the pipeline end to end (the slow tests run it), never a ranking.
@@ -58,6 +59,7 @@ class Section:
     space: List[str] = field(default_factory=list)  # --space KEY=V1,V2: a sub-grid, the same for every method
     after: str = ""  # the section whose choices this one runs (fedbench-tune --from its selection.json), no trials
     tune_seeds: str = "100"  # more than one where a single seed's choice proved unstable on the finals
+    joint: str = ""  # an earlier section tuned alike on other methods: the two sections' finals reported together
     paper: str = ""
 
     def selection(self, scale: str, out: Path) -> Path:
@@ -81,6 +83,37 @@ class Section:
                    "--tune-seeds", self.tune_seeds])
         return ([sys.executable, "-m", "fedbench.tune.cli", *last_wins(overrides), *which, *tuning, "--seeds", seeds,
                  "--dir", str(directory), *launcher, *extra], directory)
+
+
+    def joint_command(self, scale: str, out: Path) -> Tuple[List[str], Path]:
+        """``fedbench-report`` of this section's final runs with those of section ``joint`` (``report_joint/``): one
+        group per method, the searched keys in the labels. ``check_joint`` makes the two tuned alike, so the
+        comparisons across them are as fair as within one (same preset, seeds and traces, space and budget)."""
+        root = out / self.paper / scale
+        group = "algo.name" if self.key == "algo" else f"choice.{self.key}"
+        tuned = sorted({item.split("=", 1)[0] for item in self.space})
+        report = root / self.name / "report_joint"
+        return ([sys.executable, "-m", "fedbench.report", str(root / self.joint / "final"),
+                 str(root / self.name / "final"), "--group-by", group, *(["--tuned", *tuned] if tuned else []),
+                 "--out", str(report)], report)
+
+
+def check_joint(sections: List[Section]) -> None:
+    """Every ``joint`` names an earlier section of the same paper on other methods, tuned alike: everything but the
+    methods (and the name) equal, so a reader may compare any two methods of the joint report."""
+    alike = ("experiment", "key", "trials", "seeds", "overrides", "launcher", "tiny", "space", "after", "tune_seeds")
+    for i, section in enumerate(sections):
+        if not section.joint:
+            continue
+        partner = next((s for s in sections[:i] if s.name == section.joint), None)
+        if partner is None:
+            raise ValueError(f"section {section.name}: joint='{section.joint}' is not an earlier section of "
+                             f"{section.paper}. Allowed: {', '.join(s.name for s in sections[:i])}.")
+        differ = [k for k in alike if getattr(section, k) != getattr(partner, k)]
+        shared = sorted(set(section.methods) & set(partner.methods))
+        if differ or shared:
+            raise ValueError(f"section {section.name} is not tuned like its joint section {partner.name}: "
+                             + (f"{', '.join(differ)} differ" if differ else f"both run {', '.join(shared)}"))
 
 
 def last_wins(overrides: List[str]) -> List[str]:
@@ -154,6 +187,10 @@ PAPERS: Dict[str, List[Section]] = {
         Section("a20_2seeds", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=6,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, space=FEDAMD_SUBGRID, tune_seeds="100,101",
                 tiny=FEDAMD_TINY),
+        # the three other baselines on the same two tuning seeds: with a20_2seeds, all five methods tuned alike
+        Section("a20_2seeds_baselines", "fedamd_fmnist_small", "algo", FEDAMD[2:], trials=6,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, space=FEDAMD_SUBGRID, tune_seeds="100,101",
+                tiny=FEDAMD_TINY, joint="a20_2seeds"),
         # the issue's budget (75 % or at least 500 rounds) at a20's choices: does FedAMD's peak rise with rounds?
         Section("a20_500", "fedamd_fmnist_small", "algo", FEDAMD, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
                 after="a20", overrides=["rounds=500", "checkpoint_every=50"], tiny=FEDAMD_TINY),
@@ -180,6 +217,7 @@ PAPERS: Dict[str, List[Section]] = {
 for _paper, _sections in PAPERS.items():
     for _s in _sections:
         _s.paper = _paper
+    check_joint(_sections)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -212,6 +250,9 @@ def main(argv=None) -> int:
             continue
         cmd, directory = section.command(args.scale, args.out.resolve(), extra)
         print(f"== {args.paper}/{section.name} ({args.scale}): fedbench-tune {shlex.join(cmd[3:])}", flush=True)
+        joint = section.joint_command(args.scale, args.out.resolve()) if section.joint else None
+        if joint:
+            print(f"   then, with section {section.joint}: fedbench-report {shlex.join(joint[0][3:])}", flush=True)
         if args.dry_run:
             continue
         carried = section.selection(args.scale, args.out.resolve())
@@ -225,7 +266,22 @@ def main(argv=None) -> int:
         print(f"== {args.paper}/{section.name}: {'done' if rc == 0 else f'exit status {rc}'}; "
               f"report in {directory / 'report'}", flush=True)
         status = status or rc
+        if joint and rc == 0:
+            status = status or _joint_report(args.paper, section, *joint)
     return status
+
+
+def _joint_report(paper: str, section: Section, cmd: List[str], report: Path) -> int:
+    partner = Path(cmd[4])
+    if not partner.is_dir():
+        print(f"reproduce.py: {paper}/{section.name}'s joint report needs the final runs of section "
+              f"'{section.joint}' ({partner}). Fix: run --section {section.joint} (same --scale and --out), then "
+              f"this section again (its finished jobs are skipped).", file=sys.stderr)
+        return 2
+    rc = subprocess.run(cmd, cwd=ROOT).returncode
+    print(f"== {paper}/{section.name} with {section.joint}: {'done' if rc == 0 else f'exit status {rc}'}; "
+          f"report in {report}", flush=True)
+    return rc
 
 
 if __name__ == "__main__":

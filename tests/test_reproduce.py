@@ -101,3 +101,35 @@ def test_each_papers_smallest_comparison_runs_through_fedbench_tune(tmp_path, pa
         assert carried["methods"] == selection["methods"] and not (tmp_path / paper / "tiny" / later.name /
                                                                    "trials").exists()
         assert (tmp_path / paper / "tiny" / later.name / "report" / "results.md").is_file()
+
+
+def test_a_joint_section_is_tuned_like_its_partner_and_waits_for_its_finals(tmp_path, capsys):
+    sections = reproduce.PAPERS["fedamd"]
+    partner, joint = (next(s for s in sections if s.name == n) for n in ("a20_2seeds", "a20_2seeds_baselines"))
+    cmd, report = joint.joint_command("small", tmp_path)
+    assert cmd[3:5] == [str(tmp_path / "fedamd" / "small" / n / "final") for n in (partner.name, joint.name)]
+    assert report == tmp_path / "fedamd" / "small" / joint.name / "report_joint"
+    assert cmd[cmd.index("--tuned") + 1:cmd.index("--out")] == ["algo.server_lr", "client.lr"]
+    assert reproduce._joint_report("fedamd", joint, cmd, report) == 2
+    assert "Fix: run --section a20_2seeds" in capsys.readouterr().err and not report.exists()
+    for change, message in (({"trials": 9}, "trials differ"), ({"methods": partner.methods}, "both run fedamd"),
+                            ({"joint": "a20_500"}, "is not an earlier section")):
+        bad = reproduce.Section(**{**joint.__dict__, **change})
+        with pytest.raises(ValueError, match=message):
+            reproduce.check_joint([partner, bad, *sections])
+
+
+@pytest.mark.slow
+def test_a_joint_sections_report_compares_its_methods_with_its_partners(tmp_path):
+    joint = next(s for s in reproduce.PAPERS["fedamd"] if s.joint)
+    for name in (joint.joint, joint.name):
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce.py"), "fedamd", "--scale", "tiny",
+                               "--section", name, "--out", str(tmp_path)],
+                              capture_output=True, text=True, timeout=900, cwd=ROOT)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "fedamd" / "tiny" / joint.name / "report_joint" / "report.json").read_text())
+    partner = next(s for s in reproduce.PAPERS["fedamd"] if s.name == joint.joint)
+    methods = partner.methods[:2] + joint.methods[:2]
+    assert sorted(g["group"].split(" ")[0] for g in report["groups"]) == sorted(f"algo={m}" for m in methods)
+    compared = {frozenset((c["a"], c["b"])) for c in report["comparisons"]}
+    assert len(compared) == len(methods) * (len(methods) - 1) // 2

@@ -97,9 +97,15 @@ def test_each_result_section_is_the_output_of_the_command_it_shows(heading, body
     cmd, _ = section.command(scale, ROOT / "outputs" / "reproduce", [])
     assert cmd[3:cmd.index("--algos" if section.key == "algo" else "--compare")] == selection["overrides"]
     assert list(selection["methods"]) == section.methods
-    shown = re.search(r"^fedbench-tune (.+?)\n```", re.sub(r"\\\n\s*", "", body), re.M | re.S)
+    joined = re.sub(r"\\\n\s*", "", body)
+    shown = re.search(r"^fedbench-tune (.+?)\n```", joined, re.M | re.S)
     assert shown, f"{heading}: the fedbench-tune command is not shown"
     assert without_dir(shlex.split(shown.group(1))) == without_dir(cmd[3:]), heading
+    if section.joint:  # its numbers come from the report of its finals with its partner's
+        report, _ = section.joint_command(scale, ROOT / "outputs" / "reproduce")
+        shown = re.search(r"^fedbench-report (.+)$", joined, re.M)
+        assert shown, f"{heading}: the joint fedbench-report command is not shown"
+        assert without_dir(shlex.split(shown.group(1))) == without_dir(report[3:]), heading
     assert selection["budget"] == section.trials
     assert ",".join(map(str, selection["seeds"])) == section.seeds[scale]
     if not section.after:  # a carried selection keeps the tuning seeds of the section it came from
