@@ -57,6 +57,7 @@ class Section:
     launcher: str = "joblib"
     tiny: List[str] = field(default_factory=list)
     space: List[str] = field(default_factory=list)  # --space KEY=V1,V2: a sub-grid, the same for every method
+    # (a section that carries another's choices: that section's space, named in the labels of its joint report)
     after: str = ""  # the section whose choices this one runs (fedbench-tune --from its selection.json), no trials
     tune_seeds: str = "100"  # more than one where a single seed's choice proved unstable on the finals
     joint: str = ""  # an earlier section tuned alike on other methods: the two sections' finals reported together
@@ -110,6 +111,9 @@ def check_joint(sections: List[Section]) -> None:
             raise ValueError(f"section {section.name}: joint='{section.joint}' is not an earlier section of "
                              f"{section.paper}. Allowed: {', '.join(s.name for s in sections[:i])}.")
         differ = [k for k in alike if getattr(section, k) != getattr(partner, k)]
+        carried = next((s for s in sections if s.name == section.after), None)
+        if "after" in differ and carried is not None and carried.joint == partner.after:
+            differ.remove("after")  # they carry the choices of two sections that are themselves joint
         shared = sorted(set(section.methods) & set(partner.methods))
         if differ or shared:
             raise ValueError(f"section {section.name} is not tuned like its joint section {partner.name}: "
@@ -194,6 +198,13 @@ PAPERS: Dict[str, List[Section]] = {
         # the issue's budget (75 % or at least 500 rounds) at a20's choices: does FedAMD's peak rise with rounds?
         Section("a20_500", "fedamd_fmnist_small", "algo", FEDAMD, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
                 after="a20", overrides=["rounds=500", "checkpoint_every=50"], tiny=FEDAMD_TINY),
+        # the same budget at the two-seed choices of all five (the three at eta_s = 0.1 still climbed at round 150)
+        *(Section(name, "fedamd_fmnist_small", "algo", methods, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
+                  after=after, overrides=["rounds=500", "checkpoint_every=50"], space=FEDAMD_SUBGRID,
+                  tiny=FEDAMD_TINY, joint=joint)
+          for name, methods, after, joint in (
+              ("a20_2seeds_500", FEDAMD[:2], "a20_2seeds", ""),
+              ("a20_2seeds_baselines_500", FEDAMD[2:], "a20_2seeds_baselines", "a20_2seeds_500"))),
     ],
     "gradma": [
         # the paper's eta_l grid at eta_g = 1 (3 of its 9 points; FedDyn's alpha drawn with it)

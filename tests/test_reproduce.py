@@ -117,6 +117,13 @@ def test_a_joint_section_is_tuned_like_its_partner_and_waits_for_its_finals(tmp_
         bad = reproduce.Section(**{**joint.__dict__, **change})
         with pytest.raises(ValueError, match=message):
             reproduce.check_joint([partner, bad, *sections])
+    # two sections that carry the choices of joint sections are joint too; carrying another's choices is not alike
+    carried = next(s for s in sections if s.joint and s.after)
+    assert next(s for s in sections if s.name == carried.after).joint == next(
+        s for s in sections if s.name == carried.joint).after
+    bad = reproduce.Section(**{**carried.__dict__, "after": "a20"})
+    with pytest.raises(ValueError, match="after differ"):
+        reproduce.check_joint([*sections, bad])
 
 
 @pytest.mark.slow
