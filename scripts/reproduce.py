@@ -85,7 +85,6 @@ class Section:
         return ([sys.executable, "-m", "fedbench.tune.cli", *last_wins(overrides), *which, *tuning, "--seeds", seeds,
                  "--dir", str(directory), *launcher, *extra], directory)
 
-
     def joint_command(self, scale: str, out: Path) -> Tuple[List[str], Path]:
         """``fedbench-report`` of this section's final runs with those of section ``joint`` (``report_joint/``): one
         group per method, the searched keys in the labels. ``check_joint`` makes the two tuned alike, so the
