@@ -276,13 +276,13 @@ def main(argv=None) -> int:
         print(f"== {args.paper}/{section.name}: {'done' if rc == 0 else f'exit status {rc}'}; "
               f"report in {directory / 'report'}", flush=True)
         status = status or rc
-        if joint and rc == 0:
-            status = status or _joint_report(args.paper, section, *joint)
+        if joint and rc == 0:  # written even where an earlier section failed
+            joint_rc = _joint_report(args.paper, section, *joint, partner=directory.parent / section.joint / "final")
+            status = status or joint_rc
     return status
 
 
-def _joint_report(paper: str, section: Section, cmd: List[str], report: Path) -> int:
-    partner = Path(cmd[4])
+def _joint_report(paper: str, section: Section, cmd: List[str], report: Path, partner: Path) -> int:
     if not partner.is_dir():
         print(f"reproduce.py: {paper}/{section.name}'s joint report needs the final runs of section "
               f"'{section.joint}' ({partner}). Fix: run --section {section.joint} (same --scale and --out), then "

@@ -5,6 +5,7 @@ fedbench-tune checks before any job)."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -110,7 +111,7 @@ def test_a_joint_section_is_tuned_like_its_partner_and_waits_for_its_finals(tmp_
     assert cmd[3:5] == [str(tmp_path / "fedamd" / "small" / n / "final") for n in (partner.name, joint.name)]
     assert report == tmp_path / "fedamd" / "small" / joint.name / "report_joint"
     assert cmd[cmd.index("--tuned") + 1:cmd.index("--out")] == ["algo.server_lr", "client.lr"]
-    assert reproduce._joint_report("fedamd", joint, cmd, report) == 2
+    assert reproduce._joint_report("fedamd", joint, cmd, report, partner=Path(cmd[3])) == 2
     assert "Fix: run --section a20_2seeds" in capsys.readouterr().err and not report.exists()
     for change, message in (({"trials": 9}, "trials differ"), ({"methods": partner.methods}, "both run fedamd"),
                             ({"joint": "a20_500"}, "is not an earlier section")):
@@ -140,3 +141,16 @@ def test_a_joint_sections_report_compares_its_methods_with_its_partners(tmp_path
     assert sorted(g["group"].split(" ")[0] for g in report["groups"]) == sorted(f"algo={m}" for m in methods)
     compared = {frozenset((c["a"], c["b"])) for c in report["comparisons"]}
     assert len(compared) == len(methods) * (len(methods) - 1) // 2
+
+
+def test_a_joint_report_is_written_even_after_an_earlier_section_failed(tmp_path, monkeypatch):
+    calls = []
+
+    def run(cmd, cwd):  # the tuning of the first section fails, every other command succeeds
+        calls.append(cmd[2])
+        return subprocess.CompletedProcess(cmd, 1 if len(calls) == 1 else 0)
+
+    monkeypatch.setattr(reproduce.subprocess, "run", run)
+    (tmp_path / "fedamd" / "small" / "a20_2seeds" / "final").mkdir(parents=True)
+    status = reproduce.main(["fedamd", "--section", "a20", "--section", "a20_2seeds_baselines", "--out", str(tmp_path)])
+    assert status == 1 and calls == ["fedbench.tune.cli", "fedbench.tune.cli", "fedbench.report"]
