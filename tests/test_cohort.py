@@ -86,7 +86,7 @@ def test_auto_picks_vmap_where_it_can_with_the_picked_runners_numbers(tmp_path, 
     assert auto.summary()["client_runner_reason"] == auto.runner_reason
 
 
-def test_auto_keeps_convolutional_models_on_the_thin_runner(tmp_path):
+def test_auto_keeps_convolutional_models_on_the_thin_runner_on_a_cpu(tmp_path):
     from conftest import make_sim, write_fake_dataset
 
     write_fake_dataset("fmnist", tmp_path / "data")

@@ -44,6 +44,11 @@ def test_the_cohort_runner_on_cuda_equals_the_sequential_runner(tmp_path, tiny_c
     assert torch.allclose(seq.buffers, vec.buffers, atol=1e-5, rtol=0)
 
 
+def test_auto_batches_a_convolutional_model_on_cuda(tmp_path):
+    sim = trained_sim(compose(*CNN, CUDA), tmp_path / "auto")  # on a CPU auto keeps it thin (test_cohort.py)
+    assert sim.runner_kind == "vmap" and sim.cohort is not None, sim.runner_reason
+
+
 def test_tf32_and_bf16_mixed_run_on_cuda_and_keep_float32_state(tmp_path):
     losses = {}
     for precision in ("tf32", "bf16-mixed", "fp32"):

@@ -116,8 +116,9 @@ class Simulation:
         why = self._batch_unsupported() or unsupported(self.module, self.trainer.noise_std is not None,
                                                        self.data.augment != "none") \
             if kind in ("vmap", "auto") else "not asked for"
-        if kind == "auto" and why is None and any(isinstance(m, torch.nn.Conv2d) for m in model.modules()):
-            why = "a convolutional model is compute-bound: batching its clients does not pay on a CPU (README)"
+        if kind == "auto" and why is None and self.device.type == "cpu" \
+                and any(isinstance(m, torch.nn.Conv2d) for m in model.modules()):
+            why = "a convolutional model is compute-bound: batching its clients does not pay on a CPU (docs/engine.md)"
         self.runner_kind = "vmap" if why is None else ("thin" if kind == "auto" else kind)
         self.runner_reason = (f"engine.client_runner={kind}" if kind != "auto" else
                               "auto: nothing in this configuration keeps its clients from batching" if why is None
