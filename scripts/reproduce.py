@@ -222,6 +222,10 @@ PAPERS: Dict[str, List[Section]] = {
         Section("dir0.01_fullgrid_2seeds", "gradma_cifar10_dir0.01_small", "algo", GRADMA_CLAIMS, trials=9,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"], tune_seeds="100,101",
                 tiny=GRADMA_TINY),
+        # the ablation's claim (GradMA-S >> GradMA-W) under the same two-seed protocol, both variants tuned here
+        Section("dir0.01_fullgrid_2seeds_ablation", "gradma_cifar10_dir0.01_small", "algo", ["gradma_s", "gradma_w"],
+                trials=9, seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"],
+                tune_seeds="100,101", tiny=GRADMA_TINY),
     ],
 }
 for _paper, _sections in PAPERS.items():
