@@ -63,9 +63,13 @@ class Section:
     joint: str = ""  # an earlier section tuned alike on other methods: the two sections' finals reported together
     paper: str = ""
 
+    def directory(self, scale: str, out: Path, name: str = "") -> Path:
+        """The tuning directory of section ``name`` of this paper (this section's by default) at ``scale``."""
+        return out / self.paper / scale / (name or self.name)
+
     def selection(self, scale: str, out: Path) -> Path:
         """The selection.json this section carries (``after``) at ``scale``."""
-        return out / self.paper / scale / self.after / "selection.json"
+        return self.directory(scale, out, self.after) / "selection.json"
 
     def command(self, scale: str, out: Path, extra: List[str]) -> Tuple[List[str], Path]:
         experiment = self.experiment[: -len("_small")] if scale == "full" else self.experiment
@@ -78,24 +82,24 @@ class Section:
         launcher = [] if any(e.startswith("hydra/launcher=") for e in extra) else LAUNCHERS[self.launcher]
         if launcher == LAUNCHERS["joblib"]:
             overrides.append("engine.num_threads=1")
-        directory = out / self.paper / scale / self.name
+        directory = self.directory(scale, out)
         tuning = (["--from", str(self.selection(scale, out))] if self.after else
                   ["--trials", str(trials), *[arg for item in self.space for arg in ("--space", item)],
                    "--tune-seeds", self.tune_seeds])
         return ([sys.executable, "-m", "fedbench.tune.cli", *last_wins(overrides), *which, *tuning, "--seeds", seeds,
                  "--dir", str(directory), *launcher, *extra], directory)
 
-    def joint_command(self, scale: str, out: Path) -> Tuple[List[str], Path]:
+    def joint_command(self, scale: str, out: Path) -> Tuple[List[str], Path, Path]:
         """``fedbench-report`` of this section's final runs with those of section ``joint`` (``report_joint/``): one
         group per method, the searched keys in the labels. ``check_joint`` makes the two tuned alike, so the
-        comparisons across them are as fair as within one (same preset, seeds and traces, space and budget)."""
-        root = out / self.paper / scale
+        comparisons across them are as fair as within one (same preset, seeds and traces, space and budget). Returns
+        the command, the report's directory and the partner's final runs (the report needs them)."""
+        own, partner = self.directory(scale, out) / "final", self.directory(scale, out, self.joint) / "final"
         group = "algo.name" if self.key == "algo" else f"choice.{self.key}"
         tuned = sorted({item.split("=", 1)[0] for item in self.space})
-        report = root / self.name / "report_joint"
-        return ([sys.executable, "-m", "fedbench.report", str(root / self.joint / "final"),
-                 str(root / self.name / "final"), "--group-by", group, *(["--tuned", *tuned] if tuned else []),
-                 "--out", str(report)], report)
+        report = self.directory(scale, out) / "report_joint"
+        return ([sys.executable, "-m", "fedbench.report", str(partner), str(own), "--group-by", group,
+                 *(["--tuned", *tuned] if tuned else []), "--out", str(report)], report, partner)
 
 
 def check_joint(sections: List[Section]) -> None:
@@ -258,18 +262,18 @@ def main(argv=None) -> int:
     if bad:
         print(f"reproduce.py: unknown option '{bad[0]}'. Pass Hydra overrides as key=value.", file=sys.stderr)
         return 2
-    status = 0
+    status, out = 0, args.out.resolve()
     for section in sections:
         if args.section and section.name not in args.section:
             continue
-        cmd, directory = section.command(args.scale, args.out.resolve(), extra)
+        cmd, directory = section.command(args.scale, out, extra)
         print(f"== {args.paper}/{section.name} ({args.scale}): fedbench-tune {shlex.join(cmd[3:])}", flush=True)
-        joint = section.joint_command(args.scale, args.out.resolve()) if section.joint else None
+        joint = section.joint_command(args.scale, out) if section.joint else None
         if joint:
             print(f"   then, with section {section.joint}: fedbench-report {shlex.join(joint[0][3:])}", flush=True)
         if args.dry_run:
             continue
-        carried = section.selection(args.scale, args.out.resolve())
+        carried = section.selection(args.scale, out)
         if section.after and not carried.is_file():
             print(f"reproduce.py: {args.paper}/{section.name} runs the choices of section '{section.after}', which "
                   f"has no {carried} yet. Fix: run --section "
@@ -281,7 +285,7 @@ def main(argv=None) -> int:
               f"report in {directory / 'report'}", flush=True)
         status = status or rc
         if joint and rc == 0:  # written even where an earlier section failed
-            joint_rc = _joint_report(args.paper, section, *joint, partner=directory.parent / section.joint / "final")
+            joint_rc = _joint_report(args.paper, section, *joint)
             status = status or joint_rc
     return status
 

@@ -5,7 +5,6 @@ fedbench-tune checks before any job)."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -107,11 +106,12 @@ def test_each_papers_smallest_comparison_runs_through_fedbench_tune(tmp_path, pa
 def test_a_joint_section_is_tuned_like_its_partner_and_waits_for_its_finals(tmp_path, capsys):
     sections = reproduce.PAPERS["fedamd"]
     partner, joint = (next(s for s in sections if s.name == n) for n in ("a20_2seeds", "a20_2seeds_baselines"))
-    cmd, report = joint.joint_command("small", tmp_path)
+    cmd, report, partner_final = joint.joint_command("small", tmp_path)
     assert cmd[3:5] == [str(tmp_path / "fedamd" / "small" / n / "final") for n in (partner.name, joint.name)]
     assert report == tmp_path / "fedamd" / "small" / joint.name / "report_joint"
     assert cmd[cmd.index("--tuned") + 1:cmd.index("--out")] == ["algo.server_lr", "client.lr"]
-    assert reproduce._joint_report("fedamd", joint, cmd, report, partner=Path(cmd[3])) == 2
+    assert partner_final == tmp_path / "fedamd" / "small" / partner.name / "final"
+    assert reproduce._joint_report("fedamd", joint, cmd, report, partner_final) == 2
     assert "Fix: run --section a20_2seeds" in capsys.readouterr().err and not report.exists()
     for change, message in (({"trials": 9}, "trials differ"), ({"methods": partner.methods}, "both run fedamd"),
                             ({"joint": "a20_500"}, "is not an earlier section")):

@@ -102,7 +102,7 @@ def test_each_result_section_is_the_output_of_the_command_it_shows(heading, body
     assert shown, f"{heading}: the fedbench-tune command is not shown"
     assert without_dir(shlex.split(shown.group(1))) == without_dir(cmd[3:]), heading
     if section.joint:  # its numbers come from the report of its finals with its partner's
-        report, _ = section.joint_command(scale, ROOT / "outputs" / "reproduce")
+        report, _, _ = section.joint_command(scale, ROOT / "outputs" / "reproduce")
         shown = re.search(r"^fedbench-report (.+)$", joined, re.M)
         assert shown, f"{heading}: the joint fedbench-report command is not shown"
         assert without_dir(shlex.split(shown.group(1))) == without_dir(report[3:]), heading
