@@ -94,11 +94,11 @@ class Section:
         group per method, the searched keys in the labels. ``check_joint`` makes the two tuned alike, so the
         comparisons across them are as fair as within one (same preset, seeds and traces, space and budget). Returns
         the command, the report's directory and the partner's final runs (the report needs them)."""
-        own, partner = self.directory(scale, out) / "final", self.directory(scale, out, self.joint) / "final"
+        here, partner = self.directory(scale, out), self.directory(scale, out, self.joint) / "final"
         group = "algo.name" if self.key == "algo" else f"choice.{self.key}"
         tuned = sorted({item.split("=", 1)[0] for item in self.space})
-        report = self.directory(scale, out) / "report_joint"
-        return ([sys.executable, "-m", "fedbench.report", str(partner), str(own), "--group-by", group,
+        report = here / "report_joint"
+        return ([sys.executable, "-m", "fedbench.report", str(partner), str(here / "final"), "--group-by", group,
                  *(["--tuned", *tuned] if tuned else []), "--out", str(report)], report, partner)
 
 
