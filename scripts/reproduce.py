@@ -170,6 +170,14 @@ PAPERS: Dict[str, List[Section]] = {
         Section("static", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
                 seeds={"small": "0,1,2", "full": "0,1,2"},
                 overrides=["participation=bernoulli", "participation.availability.prob=0.1"], tiny=MIMIC_TINY),
+        # the two random-availability sections on two tuning seeds: their one-seed choices between eta_l = 0.1
+        # and 0.03 flipped on a GPU (MimiC's and MIFA's under time-varying, FedAvg's under static p = 0.1); a job
+        # costs under a minute, so five final seeds
+        Section("timevarying_2seeds", "mimic_fmnist_timevarying_small", "algo", MIMIC, trials=7,
+                seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, tune_seeds="100,101", tiny=MIMIC_TINY),
+        Section("static_2seeds", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
+                seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, tune_seeds="100,101",
+                overrides=["participation=bernoulli", "participation.availability.prob=0.1"], tiny=MIMIC_TINY),
     ],
     "fedsrc": [
         Section("synthetic", "fedsrc_synthetic_small", "participation/selection",
