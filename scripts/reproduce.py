@@ -185,7 +185,7 @@ PAPERS: Dict[str, List[Section]] = {
                 seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, tiny=["rounds=3", "eval_every=1"]),
         Section("fmnist", "fedsrc_fmnist_small", "participation/selection",
                 ["uniform", "fedsrc_d", "fedsrc_g", "fedsrc_d_oracle", "fedsrc_g_oracle", "md", "cluster",
-                 "power_of_choice"], trials=4, seeds={"small": "0,1,2", "full": "0,1,2"}, launcher="packed",
+                 "power_of_choice"], trials=4, seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, launcher="packed",
                 tiny=["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=30"]),
     ],
     "fedamd": [
