@@ -132,6 +132,8 @@ def last_wins(overrides: List[str]) -> List[str]:
 WANG22 = ["amplified_fedavg", "no_amplification", "wait_minibatch", "wait_full"]
 MIMIC = ["fedavg", "fedprox", "scaffold", "mifa", "mimic"]
 MIMIC_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.max_per_client=60"]
+#: MimiC's static active probability (§7.1, Fig. 7): every client available with p = 0.1 each round, independently
+MIMIC_STATIC = ["participation=bernoulli", "participation.availability.prob=0.1"]
 LENET_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=20"]
 FEDAMD = ["fedamd", "fedavg", "scaffold", "fedpage", "bvr_l_sgd"]
 FEDAMD_TINY = [*LENET_TINY, "participation.selection.clients_per_round=4"]
@@ -169,7 +171,7 @@ PAPERS: Dict[str, List[Section]] = {
                 seeds={"small": "0,1,2", "full": "0,1,2"}, tiny=MIMIC_TINY),
         Section("static", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
                 seeds={"small": "0,1,2", "full": "0,1,2"},
-                overrides=["participation=bernoulli", "participation.availability.prob=0.1"], tiny=MIMIC_TINY),
+                overrides=MIMIC_STATIC, tiny=MIMIC_TINY),
         # the two random-availability sections on two tuning seeds: their one-seed choices between eta_l = 0.1
         # and 0.03 flipped on a GPU (MimiC's and MIFA's under time-varying, FedAvg's under static p = 0.1); a job
         # costs under a minute, so five final seeds
@@ -177,7 +179,7 @@ PAPERS: Dict[str, List[Section]] = {
                 seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, tune_seeds="100,101", tiny=MIMIC_TINY),
         Section("static_2seeds", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
                 seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, tune_seeds="100,101",
-                overrides=["participation=bernoulli", "participation.availability.prob=0.1"], tiny=MIMIC_TINY),
+                overrides=MIMIC_STATIC, tiny=MIMIC_TINY),
     ],
     "fedsrc": [
         Section("synthetic", "fedsrc_synthetic_small", "participation/selection",
