@@ -61,6 +61,10 @@ def test_a_launcher_override_replaces_the_sections_and_bad_arguments_are_refused
     assert "hydra.launcher.n_jobs=2" not in cmd
     assert reproduce.main(["mimic", "--section", "nope", "--dry-run"]) == 2
     assert "Allowed: roundrobin, roundrobin_tau10" in capsys.readouterr().err
+    # a second section name after the first is not a Hydra override (it would reach fedbench-tune as one)
+    assert reproduce.main(["mimic", "--section", "roundrobin", "static", "--dry-run"]) == 2
+    assert "'static' is neither an option nor a Hydra override" in capsys.readouterr().err
+    assert reproduce.main(["mimic", "--section", "roundrobin", "~logger", "rounds=2", "--dry-run"]) == 0
     with pytest.raises(SystemExit):
         reproduce.main(["nope"])
 
