@@ -1,6 +1,6 @@
 """Rerun a paper's comparison of docs/reproductions.md end to end through ``fedbench-tune``.
 
-    python scripts/reproduce.py PAPER [--scale small|full|tiny] [--section NAME ...] [--out DIR] [--dry-run]
+    python scripts/reproduce.py PAPER [--scale small|full|tiny] [--section NAME]... [--out DIR] [--dry-run]
                                 [Hydra overrides shared by every job, e.g. hydra/launcher=joblib]
     make reproduce PAPER=wang22 [SCALE=small|full] [ARGS="--section periodic"]
 
