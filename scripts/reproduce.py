@@ -134,8 +134,8 @@ MIMIC = ["fedavg", "fedprox", "scaffold", "mifa", "mimic"]
 MIMIC_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.max_per_client=60"]
 #: MimiC's static active probability (§7.1, Fig. 7): every client available with p = 0.1 each round, independently
 MIMIC_STATIC = ["participation=bernoulli", "participation.availability.prob=0.1"]
-#: MimiC's round robin at another tau_max than the preset's 20 (§7.1, Fig. 4)
-MIMIC_TAU_MAX = {tau: [f"participation.availability.tau_max={tau}"] for tau in (5, 10)}
+#: MimiC's round robin (§7.1, Fig. 4) at the preset's tau_max = 20, 10 and 5: section-name suffix, overrides
+MIMIC_ROUND_ROBIN = [("", []), *((f"_tau{tau}", [f"participation.availability.tau_max={tau}"]) for tau in (10, 5))]
 LENET_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=20"]
 FEDAMD = ["fedamd", "fedavg", "scaffold", "fedpage", "bvr_l_sgd"]
 FEDAMD_TINY = [*LENET_TINY, "participation.selection.clients_per_round=4"]
@@ -161,14 +161,9 @@ PAPERS: Dict[str, List[Section]] = {
                     tiny=["rounds=8", "eval_every=2", "partition.num_clients=20"]))),
     ],
     "mimic": [
-        Section("roundrobin", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, tiny=MIMIC_TINY),
-        Section("roundrobin_tau10", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=MIMIC_TAU_MAX[10],
-                tiny=MIMIC_TINY),
-        Section("roundrobin_tau5", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=MIMIC_TAU_MAX[5],
-                tiny=MIMIC_TINY),
+        *(Section(f"roundrobin{suffix}", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
+                  seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=overrides, tiny=MIMIC_TINY)
+          for suffix, overrides in MIMIC_ROUND_ROBIN),
         Section("timevarying", "mimic_fmnist_timevarying_small", "algo", MIMIC, trials=7,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, tiny=MIMIC_TINY),
         Section("static", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
@@ -188,7 +183,7 @@ PAPERS: Dict[str, List[Section]] = {
         *(Section(f"roundrobin{suffix}_2seeds", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
                   seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, tune_seeds="100,101", overrides=overrides,
                   tiny=MIMIC_TINY)
-          for suffix, overrides in (("", []), ("_tau10", MIMIC_TAU_MAX[10]), ("_tau5", MIMIC_TAU_MAX[5]))),
+          for suffix, overrides in MIMIC_ROUND_ROBIN),
     ],
     "fedsrc": [
         Section("synthetic", "fedsrc_synthetic_small", "participation/selection",
