@@ -9,8 +9,9 @@ preset itself at ``full``): every method gets the same number of trials from its
 the preset declares one), selection on the validation split, then the final seeds; the tuning directory's
 ``selection.json`` and ``report/`` (``fedbench-report``: tables, paired comparisons, curves) are the section's
 evidence. The directory is ``<out>/<paper>/<scale>/<section>``, so rerunning the same command continues it: finished
-trials and final runs are skipped. A section ``joint`` with an earlier one (other methods, tuned alike:
-``check_joint``) then writes ``report_joint/``: ``fedbench-report`` of both sections' final runs.
+trials and final runs are skipped. A section ``joint`` with an earlier one (tuned alike, on other methods or under
+one changed setting: ``check_joint``) then writes ``report_joint/``: ``fedbench-report`` of both sections' final
+runs.
 
 ``tiny`` shrinks the small presets to seconds (the first two methods, two trials, final seeds 0 and 1): it checks
 the pipeline end to end (the slow tests run it), never a ranking.
@@ -61,6 +62,8 @@ class Section:
     after: str = ""  # the section whose choices this one runs (fedbench-tune --from its selection.json), no trials
     tune_seeds: str = "100"  # more than one where a single seed's choice proved unstable on the finals
     joint: str = ""  # an earlier section tuned alike on other methods: the two sections' finals reported together
+    ablation: List[str] = field(default_factory=list)  # with joint: overrides added to the partner's, so this
+    # section may run the partner's methods again under the setting they change (an ablation)
     paper: str = ""
 
     def directory(self, scale: str, out: Path, name: str = "") -> Path:
@@ -74,7 +77,7 @@ class Section:
     def command(self, scale: str, out: Path, extra: List[str]) -> Tuple[List[str], Path]:
         experiment = self.experiment[: -len("_small")] if scale == "full" else self.experiment
         methods, trials, seeds = self.methods, self.trials, self.seeds.get(scale, "0,1")
-        overrides = [f"experiment={experiment}", *COMMON[scale], *self.overrides]
+        overrides = [f"experiment={experiment}", *COMMON[scale], *self.overrides, *self.ablation]
         if scale == "tiny":
             methods, trials, overrides = methods[:2], 2, [*overrides, *self.tiny]
         which = (["--algos", ",".join(methods)] if self.key == "algo"
@@ -91,20 +94,30 @@ class Section:
 
     def joint_command(self, scale: str, out: Path) -> Tuple[List[str], Path, Path]:
         """``fedbench-report`` of this section's final runs with those of section ``joint`` (``report_joint/``): one
-        group per method, the searched keys in the labels. ``check_joint`` makes the two tuned alike, so the
+        group per method (and per value of the setting an ablation changes), the searched keys in the labels.
+        ``check_joint`` makes the two tuned alike, so the
         comparisons across them are as fair as within one (same preset, seeds and traces, space and budget). Returns
         the command, the report's directory and the partner's final runs (the report needs them)."""
         here, partner = self.directory(scale, out), self.directory(scale, out, self.joint) / "final"
-        group = "algo.name" if self.key == "algo" else f"choice.{self.key}"
+        group = ["algo.name" if self.key == "algo" else f"choice.{self.key}", *map(ablated_key, self.ablation)]
         tuned = sorted({item.split("=", 1)[0] for item in self.space})
         report = here / "report_joint"
-        return ([sys.executable, "-m", "fedbench.report", str(partner), str(here / "final"), "--group-by", group,
+        return ([sys.executable, "-m", "fedbench.report", str(partner), str(here / "final"), "--group-by", *group,
                  *(["--tuned", *tuned] if tuned else []), "--out", str(report)], report, partner)
 
 
+def ablated_key(override: str) -> str:
+    """The config key by which a report tells an ablation's runs from its partner's: the override's key, an
+    algorithm's option set through its preset table (``+algo_settings.fedamd.p=0.9``) as ``algo.p``."""
+    key = override.split("=", 1)[0].lstrip("+")
+    parts = key.split(".")
+    return f"algo.{'.'.join(parts[2:])}" if parts[0] == "algo_settings" and len(parts) > 2 else key
+
+
 def check_joint(sections: List[Section]) -> None:
-    """Every ``joint`` names an earlier section of the same paper on other methods, tuned alike: everything but the
-    methods (and the name) equal, so a reader may compare any two methods of the joint report."""
+    """Every ``joint`` names an earlier section of the same paper, tuned alike: everything but the methods (and the
+    name) equal, so a reader may compare any two methods of the joint report. The methods differ, except in an
+    ablation, which runs some of its partner's methods under its added overrides."""
     alike = ("experiment", "key", "trials", "seeds", "overrides", "launcher", "tiny", "space", "after", "tune_seeds")
     for i, section in enumerate(sections):
         if not section.joint:
@@ -118,9 +131,13 @@ def check_joint(sections: List[Section]) -> None:
         if "after" in differ and carried is not None and carried.joint == partner.after:
             differ.remove("after")  # they carry the choices of two sections that are themselves joint
         shared = sorted(set(section.methods) & set(partner.methods))
+        if section.ablation:  # the partner's methods again, which the report tells apart by the changed setting
+            shared = sorted(set(section.methods) - set(partner.methods))
+            differ += ["ablation"] if partner.ablation else []
         if differ or shared:
             raise ValueError(f"section {section.name} is not tuned like its joint section {partner.name}: "
-                             + (f"{', '.join(differ)} differ" if differ else f"both run {', '.join(shared)}"))
+                             + (f"{', '.join(differ)} differ" if differ else
+                                f"{'not in the partner' if section.ablation else 'both run'}: {', '.join(shared)}"))
 
 
 def last_wins(overrides: List[str]) -> List[str]:
@@ -204,6 +221,11 @@ PAPERS: Dict[str, List[Section]] = {
                   overrides=[f"participation.selection.clients_per_round={a}"],
                   space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY)
           for a in (40, 100)),
+        # the paper's own p at A = 100 (Table 2 implies 0.9, FedAMD note section 4.3; Cor. 4.9 gives 0.96): about 10
+        # miners a round instead of 4, tuned on the same sub-grid
+        Section("a100_p0.9", "fedamd_fmnist_small", "algo", FEDAMD[:1], trials=6,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["participation.selection.clients_per_round=100"],
+                space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY, joint="a100", ablation=["+algo_settings.fedamd.p=0.9"]),
         # FedAMD's claim against FedAvg on two tuning seeds: a20's one-seed choice diverged on a final seed in a20_500
         Section("a20_2seeds", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=6,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, space=FEDAMD_SUBGRID, tune_seeds="100,101",

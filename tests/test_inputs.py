@@ -87,6 +87,11 @@ def generated_bad():
     for key in ("anything", "algo.extra", "client.new_key"):
         cases.append(([f"+{key}=1"], key))
     cases.append((["++client.lrr=3"], "lrr"))
+    # a preset table's entries are added with '+' and checked as a preset's: an unknown algorithm or option, or
+    # an entry set without the '+' (the error gives the '+' form)
+    cases += [(["+algo_settings.fedavgg.server_lr=2"], "algo_settings.fedavgg"),
+              (["+algo_settings.fedamd.nosuch=1"], "algo_settings.fedamd.nosuch"),
+              (["algo_settings.fedamd.p=0.9"], "+algo_settings.fedamd.p=0.9")]
     for key in ("seed", "client.lr", "algo", "rounds"):
         cases.append(([f"~{key}"], key))
     for key in ("algo._target_", "_target_", "model._args_", "hydra.launcher._target_"):
@@ -200,6 +205,17 @@ def test_valid_but_unusual_overrides_run(tmp_path, overrides):
     code, out, job = call([*SMOKE, *overrides], tmp_path)
     assert code in (0, None), out
     assert json.loads((job / "summary.json").read_text())["status"] == "completed"
+
+
+def test_a_command_line_adds_per_algorithm_settings_to_a_preset(tmp_path):
+    """``+algo_settings.<algorithm>.<key>`` applies to that algorithm only, as a preset's own entry would."""
+    extra = "+algo_settings.fedavgm.server_momentum=0.5"
+    code, out, job = call([*SMOKE, "algo=fedavgm", extra], tmp_path)
+    assert code in (0, None), out
+    assert OmegaConf.load(job / "config.yaml").algo.server_momentum == 0.5
+    code, out, job = call([*SMOKE, "algo=fedavg", extra], tmp_path, "other")
+    assert code in (0, None), out
+    assert OmegaConf.load(job / "config.yaml").algo.server_momentum == 0.9  # not fedavgm: its default
 
 
 def test_presets_compose_with_sweeps_over_algorithms_and_selections():

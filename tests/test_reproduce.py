@@ -117,7 +117,7 @@ def test_a_joint_section_is_tuned_like_its_partner_and_waits_for_its_finals(tmp_
     assert partner_final == tmp_path / "fedamd" / "small" / partner.name / "final"
     assert reproduce._joint_report("fedamd", joint, cmd, report, partner_final) == 2
     assert "Fix: run --section a20_2seeds" in capsys.readouterr().err and not report.exists()
-    for change, message in (({"trials": 9}, "trials differ"), ({"methods": partner.methods}, "both run fedamd"),
+    for change, message in (({"trials": 9}, "trials differ"), ({"methods": partner.methods}, "both run: fedamd"),
                             ({"joint": "a20_500"}, "is not an earlier section")):
         bad = reproduce.Section(**{**joint.__dict__, **change})
         with pytest.raises(ValueError, match=message):
@@ -129,6 +129,39 @@ def test_a_joint_section_is_tuned_like_its_partner_and_waits_for_its_finals(tmp_
     bad = reproduce.Section(**{**carried.__dict__, "after": "a20"})
     with pytest.raises(ValueError, match="after differ"):
         reproduce.check_joint([*sections, bad])
+
+
+def test_an_ablation_reruns_its_partners_methods_under_its_setting_and_reports_them_apart(tmp_path):
+    sections = reproduce.PAPERS["fedamd"]
+    ablation = next(s for s in sections if s.ablation)
+    partner = next(s for s in sections if s.name == ablation.joint)
+    ours, theirs = (s.command("small", tmp_path, [])[0] for s in (ablation, partner))
+    ours, theirs = ours[3:ours.index("--algos")], theirs[3:theirs.index("--algos")]
+    assert sorted(ours) == sorted([*theirs, *ablation.ablation])  # the partner's overrides and the setting changed
+    report, _, _ = ablation.joint_command("small", tmp_path)
+    assert report[report.index("--group-by") + 1:report.index("--tuned")] == ["algo.name", "algo.p"]
+    assert reproduce.ablated_key("+algo_settings.fedamd.p=0.9") == "algo.p"
+    assert reproduce.ablated_key("participation.selection.clients_per_round=50") == \
+        "participation.selection.clients_per_round"
+    for change, message in (({"methods": ["fedamd", "fedadam"]}, "not in the partner: fedadam"),
+                            ({"ablation": []}, "both run: fedamd"), ({"space": []}, "space differ")):
+        bad = reproduce.Section(**{**ablation.__dict__, **change})
+        with pytest.raises(ValueError, match=message):
+            reproduce.check_joint([partner, bad])
+    reproduce.check_joint([partner, ablation])
+
+
+@pytest.mark.slow
+def test_an_ablations_report_tells_its_runs_from_its_partners(tmp_path):
+    ablation = next(s for s in reproduce.PAPERS["fedamd"] if s.ablation)
+    for name in (ablation.joint, ablation.name):
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce.py"), "fedamd", "--scale", "tiny",
+                               "--section", name, "--out", str(tmp_path)],
+                              capture_output=True, text=True, timeout=900, cwd=ROOT)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "fedamd" / "tiny" / ablation.name / "report_joint" / "report.json").read_text())
+    labels = sorted(g["group"].split(" [")[0] for g in report["groups"])
+    assert labels == ["algo=fedamd, algo.p=0.9", "algo=fedamd, algo.p=auto", "algo=fedavg, algo.p=None"], labels
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -281,6 +282,13 @@ def test_methods_can_be_the_values_of_any_option():
         _split(["participation/selection=md"], "participation/selection")
     with pytest.raises(FedbenchError, match="unknown 'nope'"):
         methods(parser().parse_args(["--compare", "participation/selection=uniform,nope"]))
+
+
+def test_one_algorithms_option_goes_through_its_preset_table():
+    """``algo.<key>`` would reach every method's jobs; the error names the per-algorithm form, which passes."""
+    with pytest.raises(FedbenchError, match=re.escape("+algo_settings.<algorithm>.<option>=<value>")):
+        _split(["algo.p=0.9"], "algo")
+    assert _split(["+algo_settings.fedamd.p=0.9"], "algo") == (["+algo_settings.fedamd.p=0.9"], [])
 
 
 def test_tuning_and_final_seeds_must_differ():

@@ -31,6 +31,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
 from fedbench.config import CONF_DIR, group_options, groups, register_configs
+from fedbench.config.presets import TABLES
 from fedbench.errors import FedbenchError
 
 # conf/hydra/launcher/{joblib,ray}.yaml spell a plugin's config out under the plugin's own name, which Hydra warns
@@ -78,7 +79,7 @@ def _override_problem(ov: Any, groups: List[str]) -> Optional[str]:
                 return (f"Unknown option '{v}' for config group '{group}'. Allowed: {', '.join(options)}. "
                         f"Fix: pass {group}=<one of these>.")
         return None
-    if ov.is_add():
+    if ov.is_add() and key.split(".")[0] not in TABLES:
         return (f"Unknown key '{key}' (override '{line}'): '+' adds a key, and fedbench accepts only the keys "
                 "its schemas define. Fix: drop the '+' to set an existing key, and check its spelling with "
                 "'python run.py --cfg job'.")
@@ -133,6 +134,11 @@ def _friendly(exc: Exception, overrides: List[str]) -> str:
         parent = full.rsplit(".", 1)[0] if "." in full else ""
         allowed = _allowed_keys(parent, [o for o in overrides if not o.lstrip("+~").startswith(full)])
         where = f"'{parent}'" if parent else "the top level"
+        if full.split(".")[0] in TABLES:
+            given = next((o for o in overrides if o.split("=", 1)[0].startswith(full)), f"{full}=<value>")
+            return (f"Unknown key '{key}' in {where} (override '{given}'): the preset table {full.split('.')[0]} "
+                    f"has no entry '{key}' yet{f' (it has: {allowed})' if allowed else ''}. "
+                    f"Fix: add it with '+' (+{given}).")
         return (f"Unknown key '{key}' in {where} (override '{full}'). Allowed keys: {allowed}. "
                 f"Fix: use one of these keys (run 'python run.py --cfg job' to see the composed config).")
     m = re.search(r"Could not override '([^']+)'", text)

@@ -26,6 +26,11 @@ from fedbench.tree import flatten
 from fedbench.errors import ConfigError
 
 
+#: the preset tables above: the root keys whose entries are names and keys of the user's choosing, so a command line
+#: adds to them with '+' (``+algo_settings.fedamd.p=0.9``), checked here like a preset's own
+TABLES = ("algo_settings", "when", "where_supported", "tune_space")
+
+
 def _schema_fields(group: str) -> Set[str]:
     """Every key some registered option of ``group`` accepts (empty when the group has no registry)."""
     from fedbench.algorithms import ALGORITHMS

@@ -29,7 +29,7 @@ from fedbench.tune.protocol import Plan, check_seeds
 from fedbench.tune.select import RULES, Rule
 
 #: keys the protocol sets on every job; the command line gives them through the options instead
-OWN_KEYS = {"algo": "--algos", "seed": "--seeds / --tune-seeds", "data.val_fraction": "--val-fraction",
+OWN_KEYS = {"algo": "--algos (one algorithm's option: +algo_settings.<algorithm>.<option>=<value>)", "seed": "--seeds / --tune-seeds", "data.val_fraction": "--val-fraction",
             "resume": "--dir (rerun the command on the tuning directory)", "hydra.sweep.dir": "--dir",
             "hydra/sweeper": "nothing (fedbench-tune is the sweeper)", "hydra.sweeper": "the options"}
 
@@ -146,7 +146,7 @@ def _split(overrides: Sequence[str], key: str) -> tuple:
     task, hydra_args = [], []
     for ov in parsed:
         name = ov.key_or_group
-        for own, instead in {**OWN_KEYS, key.replace("/", "."): "--algos / --compare"}.items():
+        for own, instead in {**OWN_KEYS, key.replace("/", "."): OWN_KEYS.get(key, "--algos / --compare")}.items():
             if name.replace("/", ".") == own or name.startswith((own + ".", own + "/")):
                 raise FedbenchError(f"Override '{ov.input_line}' sets '{name}', which fedbench-tune sets for every "
                                     f"job. Fix: use {instead}.")
