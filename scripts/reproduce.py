@@ -130,14 +130,14 @@ def check_joint(sections: List[Section]) -> None:
         carried = next((s for s in sections if s.name == section.after), None)
         if "after" in differ and carried is not None and carried.joint == partner.after:
             differ.remove("after")  # they carry the choices of two sections that are themselves joint
-        shared = sorted(set(section.methods) & set(partner.methods))
         if section.ablation:  # the partner's methods again, which the report tells apart by the changed setting
-            shared = sorted(set(section.methods) - set(partner.methods))
+            wrong, why = sorted(set(section.methods) - set(partner.methods)), "not in the partner"
             differ += ["ablation"] if partner.ablation else []
-        if differ or shared:
+        else:
+            wrong, why = sorted(set(section.methods) & set(partner.methods)), "both run"
+        if differ or wrong:
             raise ValueError(f"section {section.name} is not tuned like its joint section {partner.name}: "
-                             + (f"{', '.join(differ)} differ" if differ else
-                                f"{'not in the partner' if section.ablation else 'both run'}: {', '.join(shared)}"))
+                             + (f"{', '.join(differ)} differ" if differ else f"{why}: {', '.join(wrong)}"))
 
 
 def last_wins(overrides: List[str]) -> List[str]:

@@ -13,6 +13,14 @@ from conftest import ROOT, script
 reproduce = script("reproduce")
 
 
+def _run_tiny(paper, section, out):
+    """``scripts/reproduce.py PAPER --scale tiny --section SECTION --out OUT``, which must succeed."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce.py"), paper, "--scale", "tiny",
+                           "--section", section, "--out", str(out)],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
 def _plan(cmd):
     """fedbench-tune's own plan of a reproduce command (every method composed and checked, spaces resolved)."""
     from fedbench.config import register_configs
@@ -80,10 +88,7 @@ def test_a_section_that_carries_another_ones_choices_waits_for_its_selection(tmp
 @pytest.mark.parametrize("paper", sorted(reproduce.PAPERS))
 def test_each_papers_smallest_comparison_runs_through_fedbench_tune(tmp_path, paper):
     section = reproduce.PAPERS[paper][0]
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce.py"), paper, "--scale", "tiny",
-                           "--section", section.name, "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _run_tiny(paper, section.name, tmp_path)
     root = tmp_path / paper / "tiny" / section.name
     selection = json.loads((root / "selection.json").read_text())
     methods = section.methods[:2]
@@ -97,10 +102,7 @@ def test_each_papers_smallest_comparison_runs_through_fedbench_tune(tmp_path, pa
         assert (report / name).is_file() and (report / name).stat().st_size > 0, name
     assert all(m in (report / "comparisons.md").read_text() for m in methods)
     for later in [s for s in reproduce.PAPERS[paper] if s.after == section.name]:  # carries this tuning's choices
-        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce.py"), paper, "--scale", "tiny",
-                               "--section", later.name, "--out", str(tmp_path)],
-                              capture_output=True, text=True, timeout=900, cwd=ROOT)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        _run_tiny(paper, later.name, tmp_path)
         carried = json.loads((tmp_path / paper / "tiny" / later.name / "selection.json").read_text())
         assert carried["methods"] == selection["methods"] and not (tmp_path / paper / "tiny" / later.name /
                                                                    "trials").exists()
@@ -155,10 +157,7 @@ def test_an_ablation_reruns_its_partners_methods_under_its_setting_and_reports_t
 def test_an_ablations_report_tells_its_runs_from_its_partners(tmp_path):
     ablation = next(s for s in reproduce.PAPERS["fedamd"] if s.ablation)
     for name in (ablation.joint, ablation.name):
-        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce.py"), "fedamd", "--scale", "tiny",
-                               "--section", name, "--out", str(tmp_path)],
-                              capture_output=True, text=True, timeout=900, cwd=ROOT)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        _run_tiny("fedamd", name, tmp_path)
     report = json.loads((tmp_path / "fedamd" / "tiny" / ablation.name / "report_joint" / "report.json").read_text())
     labels = sorted(g["group"].split(" [")[0] for g in report["groups"])
     assert labels == ["algo=fedamd, algo.p=0.9", "algo=fedamd, algo.p=auto", "algo=fedavg, algo.p=None"], labels
@@ -168,10 +167,7 @@ def test_an_ablations_report_tells_its_runs_from_its_partners(tmp_path):
 def test_a_joint_sections_report_compares_its_methods_with_its_partners(tmp_path):
     joint = next(s for s in reproduce.PAPERS["fedamd"] if s.joint and not s.ablation)
     for name in (joint.joint, joint.name):
-        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce.py"), "fedamd", "--scale", "tiny",
-                               "--section", name, "--out", str(tmp_path)],
-                              capture_output=True, text=True, timeout=900, cwd=ROOT)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        _run_tiny("fedamd", name, tmp_path)
     report = json.loads((tmp_path / "fedamd" / "tiny" / joint.name / "report_joint" / "report.json").read_text())
     partner = next(s for s in reproduce.PAPERS["fedamd"] if s.name == joint.joint)
     methods = partner.methods[:2] + joint.methods[:2]

@@ -134,9 +134,10 @@ def _friendly(exc: Exception, overrides: List[str]) -> str:
         parent = full.rsplit(".", 1)[0] if "." in full else ""
         allowed = _allowed_keys(parent, [o for o in overrides if not o.lstrip("+~").startswith(full)])
         where = f"'{parent}'" if parent else "the top level"
-        if full.split(".")[0] in TABLES:
+        table = full.split(".")[0]
+        if table in TABLES:
             given = next((o for o in overrides if o.split("=", 1)[0].startswith(full)), f"{full}=<value>")
-            return (f"Unknown key '{key}' in {where} (override '{given}'): the preset table {full.split('.')[0]} "
+            return (f"Unknown key '{key}' in {where} (override '{given}'): the preset table {table} "
                     f"has no entry '{key}' yet{f' (it has: {allowed})' if allowed else ''}. "
                     f"Fix: add it with '+' (+{given}).")
         return (f"Unknown key '{key}' in {where} (override '{full}'). Allowed keys: {allowed}. "

@@ -29,7 +29,8 @@ from fedbench.tune.protocol import Plan, check_seeds
 from fedbench.tune.select import RULES, Rule
 
 #: keys the protocol sets on every job; the command line gives them through the options instead
-OWN_KEYS = {"algo": "--algos (one algorithm's option: +algo_settings.<algorithm>.<option>=<value>)", "seed": "--seeds / --tune-seeds", "data.val_fraction": "--val-fraction",
+OWN_KEYS = {"algo": "--algos (one algorithm's option: +algo_settings.<algorithm>.<option>=<value>)",
+            "seed": "--seeds / --tune-seeds", "data.val_fraction": "--val-fraction",
             "resume": "--dir (rerun the command on the tuning directory)", "hydra.sweep.dir": "--dir",
             "hydra/sweeper": "nothing (fedbench-tune is the sweeper)", "hydra.sweeper": "the options"}
 
