@@ -16,6 +16,11 @@ runs.
 ``tiny`` shrinks the small presets to seconds (the first two methods, two trials, final seeds 0 and 1): it checks
 the pipeline end to end (the slow tests run it), never a ranking.
 
+Stopping it (Ctrl-C, ``kill``, ``timeout``, a scheduler's SIGTERM) stops the running command's jobs after their
+round, with a checkpoint, and waits for them to write it: rerunning the same command continues every job where it
+stopped. Each command runs in a process group of its own, to which a SIGINT or SIGTERM sent to this script (or to its
+group) is passed once; a second signal stops the jobs at once, from their latest checkpoint.
+
 The launcher is each section's choice for a 2-core CPU (``packed`` for MLP models, two joblib workers of one thread
 for convolutional ones); a ``hydra/launcher=...`` override replaces it (e.g. on a GPU machine).
 """
@@ -23,7 +28,9 @@ for convolutional ones); a ``hydra/launcher=...`` override replaces it (e.g. on 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -321,14 +328,56 @@ def main(argv=None) -> int:
                   f"{section.after} first (same --scale and --out).", file=sys.stderr)
             status = status or 2
             continue
-        rc = subprocess.run(cmd, cwd=ROOT).returncode
-        print(f"== {args.paper}/{section.name}: {'done' if rc == 0 else f'exit status {rc}'}; "
-              f"report in {directory / 'report'}", flush=True)
-        status = status or rc
-        if joint and rc == 0:  # written even where an earlier section failed
-            joint_rc = _joint_report(args.paper, section, *joint)
-            status = status or joint_rc
+        try:
+            rc = run_command(cmd)
+            print(f"== {args.paper}/{section.name}: {'done' if rc == 0 else f'exit status {rc}'}; "
+                  f"report in {directory / 'report'}", flush=True)
+            status = status or rc
+            if joint and rc == 0:  # written even where an earlier section failed
+                joint_rc = _joint_report(args.paper, section, *joint)
+                status = status or joint_rc
+        except Interrupted as stop:
+            print(f"== {args.paper}/{section.name}: stopped by {stop.name}; the jobs' checkpoints are written. "
+                  f"Rerun the same command to continue it (finished jobs are skipped, the others resume).",
+                  file=sys.stderr, flush=True)
+            return 128 + stop.signum
     return status
+
+
+class Interrupted(Exception):
+    """This script was asked to stop (SIGINT / SIGTERM) while a command ran; the command has ended since."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum, self.name = signum, signal.Signals(signum).name
+
+
+def run_command(cmd: List[str]) -> int:
+    """Run one ``fedbench-tune`` or ``fedbench-report`` command to its end and return its exit status.
+
+    The command leads a process group of its own, so that a signal sent to this script's group (a terminal's Ctrl-C,
+    GNU ``timeout``) does not reach its jobs twice: each SIGINT / SIGTERM this script receives is passed on once, to
+    the command's whole group (its joblib workers too), and the script waits for the command, so that whoever
+    stopped it finds every job's checkpoint written when it returns. Raises ``Interrupted`` after such a stop."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
+    received: List[int] = []
+
+    def forward(signum, _frame):
+        received.append(signum)
+        try:
+            os.killpg(proc.pid, signum)
+        except ProcessLookupError:  # the command has just ended
+            pass
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if received:
+        raise Interrupted(received[0])
+    return rc
 
 
 def _joint_report(paper: str, section: Section, cmd: List[str], report: Path, partner: Path) -> int:
@@ -337,7 +386,7 @@ def _joint_report(paper: str, section: Section, cmd: List[str], report: Path, pa
               f"'{section.joint}' ({partner}). Fix: run --section {section.joint} (same --scale and --out), then "
               f"this section again (its finished jobs are skipped).", file=sys.stderr)
         return 2
-    rc = subprocess.run(cmd, cwd=ROOT).returncode
+    rc = run_command(cmd)
     print(f"== {paper}/{section.name} with {section.joint}: {'done' if rc == 0 else f'exit status {rc}'}; "
           f"report in {report}", flush=True)
     return rc

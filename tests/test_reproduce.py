@@ -3,8 +3,12 @@ writes the report's files (slow); every section of every paper composes at small
 fedbench-tune checks before any job)."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -179,11 +183,83 @@ def test_a_joint_sections_report_compares_its_methods_with_its_partners(tmp_path
 def test_a_joint_report_is_written_even_after_an_earlier_section_failed(tmp_path, monkeypatch):
     calls = []
 
-    def run(cmd, cwd):  # the tuning of the first section fails, every other command succeeds
+    def run(cmd):  # the tuning of the first section fails, every other command succeeds
         calls.append(cmd[2])
-        return subprocess.CompletedProcess(cmd, 1 if len(calls) == 1 else 0)
+        return 1 if len(calls) == 1 else 0
 
-    monkeypatch.setattr(reproduce.subprocess, "run", run)
+    monkeypatch.setattr(reproduce, "run_command", run)
     (tmp_path / "fedamd" / "small" / "a20_2seeds" / "final").mkdir(parents=True)
     status = reproduce.main(["fedamd", "--section", "a20", "--section", "a20_2seeds_baselines", "--out", str(tmp_path)])
     assert status == 1 and calls == ["fedbench.tune.cli", "fedbench.tune.cli", "fedbench.report"]
+
+
+#: a job that, asked to stop, finishes its round and writes its checkpoint (half a second) before it exits
+STOPPING_JOB = r"""
+import os, signal, sys, time
+from pathlib import Path
+out, got = Path(sys.argv[1]), []
+signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+(out / "pgid").write_text(str(os.getpgid(0)))
+(out / "ready").write_text("")
+deadline = time.time() + 60
+while not got and time.time() < deadline:
+    time.sleep(0.01)
+time.sleep(0.5)
+(out / "checkpoint").write_text(str(len(got)))
+sys.exit(3)
+"""
+
+
+def test_a_stopped_command_gets_the_signal_once_and_is_waited_for(tmp_path):
+    def stop_this_script():
+        while not (tmp_path / "ready").exists():
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Thread(target=stop_this_script, daemon=True).start()
+    with pytest.raises(reproduce.Interrupted) as stopped:
+        reproduce.run_command([sys.executable, "-c", STOPPING_JOB, str(tmp_path)])
+    assert stopped.value.name == "SIGTERM"
+    assert (tmp_path / "checkpoint").read_text() == "1"  # written before run_command returned; one signal, not two
+    assert int((tmp_path / "pgid").read_text()) != os.getpgid(0)  # its own group: a group signal is not doubled
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_stopped_section_ends_the_command_and_says_how_to_continue(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def run(cmd):
+        calls.append(cmd[2])
+        raise reproduce.Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(reproduce, "run_command", run)
+    (tmp_path / "fedamd" / "small" / "a100" / "final").mkdir(parents=True)
+    status = reproduce.main(["fedamd", "--section", "a100_p0.9", "--section", "a20_2seeds", "--out", str(tmp_path)])
+    assert status == 128 + signal.SIGTERM and calls == ["fedbench.tune.cli"]  # no later section, no joint report
+    err = capsys.readouterr().err
+    assert "stopped by SIGTERM" in err and "Rerun the same command" in err
+
+
+@pytest.mark.slow
+def test_a_section_stopped_like_timeout_does_leaves_its_jobs_checkpoints(tmp_path):
+    """GNU timeout signals its whole process group and returns when the script has ended: every job that was
+    running must have written its checkpoint by then (a job that had not, restarts from round 0 on the rerun)."""
+    log = tmp_path / "log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "reproduce.py"), "mimic", "--scale", "tiny",
+                                 "--section", "roundrobin", "--out", str(tmp_path), "rounds=400",
+                                 "hydra/launcher=packed"],
+                                cwd=ROOT, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT)
+    trial = tmp_path / "mimic" / "tiny" / "roundrobin" / "trials" / "fedavg" / "t00_seed100"
+    deadline = time.time() + 300
+    while not (trial / "rounds.csv").is_file() or len((trial / "rounds.csv").read_text().splitlines()) < 3:
+        assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=300)
+    # at once: the script has returned, so the job's checkpoint must be there already
+    summary = json.loads((trial / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and any((trial / "checkpoints").iterdir()), log.read_text()[-3000:]
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "Rerun the same command" in log.read_text()
