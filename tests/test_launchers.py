@@ -117,6 +117,44 @@ def test_identical_jobs_started_together_get_their_own_directories(tmp_path):
     assert len(runs) == 2 and all((d / "summary.json").exists() for d in runs)
 
 
+def test_a_job_started_after_its_sweep_was_stopped_inherits_the_stop():
+    previous = signal.getsignal(signal.SIGTERM)
+    with StopSignals() as sweep:  # a multirun's main process (fedbench.cli.main)
+        assert StopSignals.stopped() is None
+        os.kill(os.getpid(), signal.SIGTERM)  # between two of the basic launcher's jobs
+        assert sweep.reason() == "SIGTERM" and StopSignals.stopped() is sweep
+        with StopSignals() as job:  # the next job stops after its first round, with a checkpoint
+            assert job.reason() == "SIGTERM"
+        assert StopSignals.stopped() is sweep
+    assert StopSignals.stopped() is None and signal.getsignal(signal.SIGTERM) is previous
+    with StopSignals() as fresh:
+        assert fresh.reason() is None
+
+
+def test_fedbench_tune_launches_nothing_more_once_stopped(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from hydra_plugins.fedbench_tune.tune_sweeper import TuneSweeper
+
+    launched = []
+
+    class Launcher:  # joblib's, as the main process sees it: the jobs end (their checkpoints written), it returns
+        def launch(self, batch, initial_job_idx):
+            launched.append(batch)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    sweeper = TuneSweeper(plan="tune.json")
+    sweeper.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+    sweeper.launcher = Launcher()
+    with StopSignals():
+        with pytest.raises(SystemExit) as stopped:
+            sweeper._launch([SimpleNamespace(overrides=["algo=fedavg"], name="trials/fedavg/t00_seed100")])
+    assert stopped.value.code == 143 and len(launched) == 1
+    assert f"Rerun with --dir {tmp_path} to continue" in capsys.readouterr().err
+
+
 def test_sigusr2_preemption_checkpoints_then_hands_the_signal_to_the_scheduler(tmp_path):
     cfg = compose(*TINY, "rounds=8", "logger=csv")
     sim = Simulation(cfg, tmp_path / "run", tmp_path / "data")

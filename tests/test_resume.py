@@ -154,6 +154,31 @@ def test_sigterm_sigint_sigkill_then_resume_equal_an_uninterruptedrun_resumable(
 
 
 @pytest.mark.slow
+def test_a_joblib_sweep_stopped_through_its_process_group_returns_after_its_jobs_checkpoints(tmp_path):
+    """Ctrl-C, GNU timeout and schedulers signal the process group: the joblib workers stop after their round and
+    the main process waits for them (before, it died at once and its caller went on while they were writing)."""
+    sweep = tmp_path / "sweep"
+    args = [*(o for o in SLOW_RUN if not o.startswith(("rounds=", "checkpoint_every="))), "rounds=5000",
+            "checkpoint_every=0", f"data.root={tmp_path / 'data'}", "seed=0,1", "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2", "engine.num_threads=1", f"hydra.sweep.dir={sweep}"]
+    proc = _cli(["-m", *args], tmp_path, start_new_session=True)
+    deadline = time.time() + 300
+    while len([f for f in sweep.glob("*/rounds.csv") if f.read_text().count("\n") > 5]) < 2:
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=120)
+    jobs = sorted(d for d in sweep.iterdir() if (d / ".hydra").is_dir())
+    assert len(jobs) == 2
+    for job in jobs:  # read the moment the main process has ended
+        assert json.loads((job / "summary.json").read_text())["status"] == "interrupted", job
+        assert any((job / "checkpoints").iterdir()), job
+    out, err = proc.communicate()
+    assert proc.returncode == 143, out + err
+    assert "sweep stopped by SIGTERM" in err and "resume=true" in err and "Traceback" not in out + err
+
+
+@pytest.mark.slow
 def test_resume_refuses_another_config_naming_the_keys(tmp_path):
     data = f"data.root={tmp_path / 'data'}"
     args = [*TINY, "logger=csv", data, f"hydra.run.dir={tmp_path / 'a'}"]

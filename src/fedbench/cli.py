@@ -8,8 +8,10 @@ way.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import multiprocessing
 import os
 import re
 import shutil
@@ -359,7 +361,8 @@ def job_steps(cfg: DictConfig, hydra_cfg: DictConfig, signals: Any = None):
             _finish(logger, 0)
             logger = None
             signals.chain()  # pre-empted under a scheduler: its handler requeues the job (which then resumes)
-            raise SystemExit(signals.exit_code)
+            if multiprocessing.parent_process() is None:  # a launcher's worker (joblib) returns: an exception
+                raise SystemExit(signals.exit_code)      # would make its parent stop the others mid-round
         return summary["final_test_acc"]
     except Interrupted as stop:
         reason = f"{stop} (second signal) during round {sim.next_round + 1 if sim else 0}; resume=true restarts " \
@@ -496,7 +499,16 @@ def main() -> None:
         raise SystemExit(130) from None
     if message:
         fail(message)
-    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=CONFIG_NAME)(run_job)()
+    from fedbench.runs import StopSignals
+
+    multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
+    with StopSignals() if multirun else contextlib.nullcontext() as sweep:  # runs.StopSignals: waits for the jobs
+        hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=CONFIG_NAME)(run_job)()
+    if sweep is not None and sweep.signum is not None:
+        print(f"fedbench: sweep stopped by {sweep.reason()}: its running jobs stopped after their round with a "
+              "checkpoint, no other job started. Rerun the same command with resume=true to continue it.",
+              file=sys.stderr, flush=True)
+        raise SystemExit(sweep.exit_code)
     if SWEEP_FAILED:
         print(f"fedbench: error: {len(SWEEP_FAILED)} job(s) failed: {', '.join(SWEEP_FAILED)}", file=sys.stderr)
         raise SystemExit(1)

@@ -225,7 +225,12 @@ class StopSignals:
     one stops at once. Under a scheduler that pre-empts with SIGUSR2 (submitit on SLURM installs a handler that
     requeues the job), SIGUSR2 too stops the run after the round, with a checkpoint, and ``chain()`` then hands the
     signal to the scheduler's handler (requeue; the requeued job resumes). Installed in the main thread only
-    (signals cannot be caught elsewhere)."""
+    (signals cannot be caught elsewhere).
+
+    The main process of a multirun holds one too (``fedbench.cli.main``): there a signal lets the launcher wait for
+    the jobs it runs in worker processes (joblib's get the signal from their process group, finish their round and
+    write their checkpoint), ``stopped()`` then tells the sweep not to launch more, and a job that starts in this
+    process after the signal (the basic launcher's next job) inherits it: it stops after its first round."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -239,11 +244,22 @@ class StopSignals:
                 self._old[s] = signal.signal(s, self._handle)
             if callable(signal.getsignal(signal.SIGUSR2)):  # a scheduler's pre-emption handler
                 self._old[signal.SIGUSR2] = signal.signal(signal.SIGUSR2, self._handle)
+            outer = StopSignals.stopped()
+            if outer is not None:
+                self.signum = outer.signum
+            _INSTALLED.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
         for s, old in self._old.items():
             signal.signal(s, old)
+        if self in _INSTALLED:
+            _INSTALLED.remove(self)
+
+    @staticmethod
+    def stopped() -> Optional["StopSignals"]:
+        """The installed ``StopSignals`` (this one or an enclosing one) that has received a stop signal, if any."""
+        return next((s for s in _INSTALLED if s.signum is not None), None)
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:
@@ -267,3 +283,7 @@ class StopSignals:
     @property
     def exit_code(self) -> int:
         return 128 + int(self.signum or 0)
+
+
+#: the ``StopSignals`` installed in this process, outermost first
+_INSTALLED: List[StopSignals] = []

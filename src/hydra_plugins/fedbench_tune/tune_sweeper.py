@@ -40,9 +40,18 @@ class TuneSweeper(Sweeper):
                                                                 task_function=task_function, config=config)
 
     def _launch(self, jobs: List[Any]) -> None:
+        from fedbench.runs import StopSignals
+
         batch = [[*job.overrides, f"hydra.sweep.subdir={job.name}"] for job in jobs]
         self.launcher.launch(batch, initial_job_idx=self.job_idx)
         self.job_idx += len(batch)
+        stop = StopSignals.stopped()  # the main process's (fedbench.cli.main): no further phase after a stop signal
+        if stop is not None:
+            root = self.config.hydra.sweep.dir
+            print(f"fedbench-tune: stopped by {stop.reason()}: its running jobs stopped after their round with a "
+                  f"checkpoint. Rerun with --dir {root} to continue (finished jobs are skipped, the others resume).",
+                  file=sys.stderr, flush=True)
+            raise SystemExit(stop.exit_code)
 
     def sweep(self, arguments: List[str]) -> Any:
         from fedbench.cli import SWEEP_FAILED
