@@ -54,7 +54,20 @@ def plan(algos=("fedavg", "mifa"), trials=2, dims=None, **kw):
     return Plan(overrides=["experiment=smoke"], key="algo", methods=list(algos), trials=trials,
                 sampler=kw.pop("sampler", "grid"), select=kw.pop("select", "final"),
                 tune_seeds=kw.pop("tune_seeds", [100]), seeds=[0, 1], val_fraction=0.1, batch=kw.pop("batch", 4),
-                spaces={a: [d.to_json() for d in (dims[a] if isinstance(dims, dict) else dims)] for a in algos})
+                spaces={a: [d.to_json() for d in (dims[a] if isinstance(dims, dict) else dims)] for a in algos},
+                reused=kw.pop("reused", None))
+
+
+def test_a_changed_plan_names_the_entries_that_differ_not_whole_records():
+    record = {"file": "s.json", "methods": {"fedamd": {"chosen": {"params": {"client.lr": 0.005}}, "trials": [0] * 50}}}
+    old = plan(algos=("fedamd",), reused=record)
+    other = {**record, "methods": {**record["methods"], "fedavg": {"chosen": {"params": {"client.lr": 0.1}}}}}
+    assert old.differences(plan(algos=("fedamd",), reused=other)) == \
+        ["reused.methods.fedavg: (absent) -> {'chosen': {'params': {'client.lr': 0.1}}}"]
+    changed = plan(algos=("fedamd",), trials=3, reused=record).differences(old)
+    assert changed == ["trials: 3 -> 2"]
+    assert old.differences(plan(algos=("fedamd",), reused=record)) == []
+    assert all(len(d) < 200 for d in old.differences(plan(algos=("fedavg",))))  # a whole record is abridged
 
 
 def test_selection_reads_only_validation_and_never_chooses_on_test(tmp_path):

@@ -74,11 +74,31 @@ class Plan:
                                 "(leave out --dir), or restore the file.") from None
 
     def differences(self, other: "Plan") -> List[str]:
-        a, b = asdict(self), asdict(other)
-        return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k]]
+        """``key: old -> new`` for each setting that differs, down to the differing entries of a nested one (a
+        carried selection record's ``methods.fedavg``, not the whole record)."""
+        out: List[str] = []
+        _differences("", asdict(self), asdict(other), out)
+        return out
 
     def dims(self, method: str) -> List[Dimension]:
         return [Dimension(**d) for d in self.spaces[method]]
+
+
+def _differences(path: str, a: Any, b: Any, out: List[str]) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in [*a, *(k for k in b if k not in a)]:
+            if a.get(k, _ABSENT) != b.get(k, _ABSENT):
+                _differences(f"{path}.{k}" if path else str(k), a.get(k, _ABSENT), b.get(k, _ABSENT), out)
+    else:
+        out.append(f"{path}: {_brief(a)} -> {_brief(b)}")
+
+
+_ABSENT = "(absent)"
+
+
+def _brief(v: Any, width: int = 80) -> str:
+    text = v if v is _ABSENT else repr(v)
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 @dataclass
