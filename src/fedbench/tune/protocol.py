@@ -93,11 +93,18 @@ def _differences(path: str, a: Any, b: Any, out: List[str]) -> None:
         out.append(f"{path}: {_brief(a)} -> {_brief(b)}")
 
 
-_ABSENT = "(absent)"
+class _Absent:
+    """A key that one of the two plans lacks (a sentinel no saved value can equal)."""
+
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+_ABSENT = _Absent()
 
 
 def _brief(v: Any, width: int = 80) -> str:
-    text = v if v is _ABSENT else repr(v)
+    text = repr(v)
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
