@@ -5,6 +5,7 @@
     python scripts/bench.py --quick         # tiny sizes on scikit-learn's digits (the test suite runs this)
     python scripts/bench.py --only W1 --variants thin floor --set engine.num_threads=0 engine.precision=bf16-mixed
     python scripts/bench.py --sweeps P-W2   # 8-job sweeps end to end: sequential, joblib n_jobs=2, packed
+    python scripts/bench.py --sweeps P-lenet --split --set engine.device=cuda   # a packed run's time, split
 
 Each (workload, variant) runs in its own process (so peak RSS is its own): fedbench with the engine's defaults
 (``default``: the runner ``engine.client_runner=auto`` picks), the thin and (where the configuration allows it) vmap
@@ -56,6 +57,8 @@ SWEEPS = {
              "client.lr=0.01,0.02,0.05,0.1", "seed=0,1"],
     "P-mlp": ["experiment=wang22_fmnist_periodic_small", "rounds=300", "eval_every=100",
               "client.lr=2.5e-5,5e-5,1e-4,2e-4", "seed=0,1"],
+    # LeNet-5 evaluated every 5 rounds (test and validation), as the MimiC and FedAMD sections run it
+    "P-lenet": ["experiment=mimic_fmnist_roundrobin_small", "rounds=40", "client.lr=0.01,0.03,0.1,0.3", "seed=0,1"],
 }
 LAUNCHERS = {
     "sequential": [],  # Hydra's basic launcher with the engine's defaults: one job after another
@@ -107,6 +110,64 @@ def sweep_seconds(name: str, launcher: str, reps: int, extra: list) -> dict:
     return {"seconds": statistics.median(times), "times": times, "jobs": len(summaries),
             "client_runner": sorted({s["client_runner"] for s in summaries}),
             "packed_jobs": sorted({s["packed_jobs"] for s in summaries})}
+
+
+def sweep_split(name: str, extra: list) -> dict:
+    """One packed run of sweep ``name`` in this process, its wall time split with the device synchronized around
+    each part: the packs' local training (``fedbench.pack.compute``), evaluation of the global models (test,
+    validation and training data: the ``evaluate`` behind ``Simulation.evaluate*``), and the rest (aggregation,
+    server updates, participation, logs, start-up; a job the cohort runner cannot run trains in the rest)."""
+    import torch
+
+    from fedbench import cli, pack
+    from fedbench.engine import simulation
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    split = {"train": 0.0, "evaluation": 0.0, "calls": 0}
+
+    def timed(module, attr, key):
+        fn = getattr(module, attr)
+
+        def wrapper(*a, **k):
+            sync()
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                sync()
+                split[key] += time.perf_counter() - t0
+                split["calls"] += key == "evaluation"
+        setattr(module, attr, wrapper)
+
+    timed(pack, "compute", "train")
+    timed(simulation, "evaluate", "evaluation")
+    out = Path(tempfile.mkdtemp())
+    sys.argv = [str(ROOT / "run.py"), "-m", "logger=none", *SWEEPS[name], *LAUNCHERS["packed"], *extra,
+                f"hydra.sweep.dir={out}"]
+    start = time.perf_counter()
+    cli.main()
+    total = time.perf_counter() - start
+    shutil.rmtree(out, ignore_errors=True)
+    return {"seconds": total, "train_s": split["train"], "evaluation_s": split["evaluation"],
+            "rest_s": total - split["train"] - split["evaluation"], "evaluations": split["calls"]}
+
+
+def run_splits(names: list, reps: int, extra: list) -> dict:
+    """``sweep_split`` of each sweep, each repetition in its own process (median by total seconds)."""
+    print(f"{'sweep':<8} {'seconds':>8} {'train':>8} {'evaluation':>11} {'rest':>8}  evaluations, per one")
+    results = {}
+    for name in names:
+        runs = []
+        for _ in range(reps):
+            cmd = [sys.executable, __file__, "--split-one", name, "--set", *extra]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SystemExit(f"{name} split failed:\n{proc.stderr[-2000:]}")
+            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        r = results[name] = {**sorted(runs, key=lambda run: run["seconds"])[len(runs) // 2], "runs": runs}
+        print(f"{name:<8} {r['seconds']:8.1f} {r['train_s']:8.1f} {r['evaluation_s']:11.2f} {r['rest_s']:8.1f}  "
+              f"{r['evaluations']}, {1000 * r['evaluation_s'] / max(r['evaluations'], 1):.1f} ms", flush=True)
+    return results
 
 
 def run_sweeps(names: list, launchers: list, reps: int, extra: list) -> dict:
@@ -295,7 +356,18 @@ def main() -> None:
     parser.add_argument("--sweeps", nargs="*", metavar="SWEEP", choices=list(SWEEPS),
                         help=f"time whole 8-job sweeps per launcher instead ({', '.join(SWEEPS)}; none listed: all)")
     parser.add_argument("--launchers", nargs="*", default=list(LAUNCHERS), choices=list(LAUNCHERS))
+    parser.add_argument("--split", action="store_true",
+                        help="with --sweeps: one packed run of each, its time split into training, evaluation, rest")
+    parser.add_argument("--split-one", metavar="SWEEP", choices=list(SWEEPS), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.split_one:
+        print(json.dumps(sweep_split(args.split_one, args.set)))
+        return
+    if args.sweeps is not None and args.split:
+        results = run_splits(args.sweeps or list(SWEEPS), args.reps, args.set)
+        Path(args.out).write_text(json.dumps({"machine": _machine(), "splits": results}, indent=2))
+        print(f"wrote {args.out}")
+        return
     if args.sweeps is not None:
         results = run_sweeps(args.sweeps or list(SWEEPS), args.launchers, args.reps, args.set)
         Path(args.out).write_text(json.dumps({"machine": _machine(), "sweeps": results}, indent=2))

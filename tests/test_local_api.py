@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from conftest import compose
 from fedbench.algorithms import ALGORITHMS, AlgoContext, RoundContext, StepHook
 from fedbench.algorithms.gradma import WorkerQP, QPStats
+from fedbench.training.evaluation import evaluate
 from fedbench.training.local import LocalModule
 from fedbench.training.runners import ThinRunner
 from fedbench.training.step import LocalRun
@@ -252,6 +253,22 @@ def test_trainer_gradient_is_the_full_local_gradient_and_is_counted(tiny_cfg, tm
     sub = sim.trainer.gradient(rc, 3, sim.x, samples=5)
     assert torch.equal(sub, sim.trainer.gradient(rc, 3, sim.x, samples=5))  # an explicit, replayable stream
     assert sim.trainer.cost.grad_evals == hi - lo + 10
+
+
+@pytest.mark.parametrize("batch_size", [1, 16, 103, 256])
+def test_evaluate_sums_the_batches_as_python_floats_bit_for_bit(batch_size):
+    """evaluate() keeps its sums on the device; its result is the per-batch loop that reads each batch's sums as
+    Python numbers (one sync per batch), to the last bit, including a partial last batch."""
+    gen = torch.Generator().manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.Tanh(), torch.nn.Linear(32, 10))
+    x, y = torch.randn(103, 20, generator=gen), torch.randint(0, 10, (103,), generator=gen)
+    loss_sum, correct = 0.0, 0
+    with torch.no_grad():
+        for xb, yb in zip(x.split(batch_size), y.split(batch_size)):
+            logits = model(xb)
+            loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
+            correct += int((logits.argmax(1) == yb).sum())
+    assert evaluate(model, x, y, batch_size) == (loss_sum / 103, correct / 103)
 
 
 def test_mimelite_counts_its_full_batch_gradients_and_uploads_them(tiny_cfg, tmp_path):
