@@ -114,16 +114,18 @@ def sweep_seconds(name: str, launcher: str, reps: int, extra: list) -> dict:
 
 def sweep_split(name: str, extra: list) -> dict:
     """One packed run of sweep ``name`` in this process, its wall time split with the device synchronized around
-    each part: the packs' local training (``fedbench.pack.compute``), evaluation of the global models (test,
-    validation and training data: the ``evaluate`` behind ``Simulation.evaluate*``), and the rest (aggregation,
-    server updates, participation, logs, start-up; a job the cohort runner cannot run trains in the rest)."""
+    each part: start-up (imports, composing the jobs' configurations, building their simulations: until the first
+    pack trains), the packs' local training (``fedbench.pack.compute``), evaluation of the global models (test,
+    validation and training data: the ``evaluate`` behind ``Simulation.evaluate*``), and the rest (the jobs' serial
+    work each round: aggregation, server updates, participation, logs; later packs' start-up; a job the cohort
+    runner cannot run trains in the rest)."""
     import torch
 
     from fedbench import cli, pack
     from fedbench.engine import simulation
 
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    split = {"train": 0.0, "evaluation": 0.0, "calls": 0}
+    split = {"train": 0.0, "evaluation": 0.0, "calls": 0, "first_train": None}
 
     def timed(module, attr, key):
         fn = getattr(module, attr)
@@ -131,6 +133,8 @@ def sweep_split(name: str, extra: list) -> dict:
         def wrapper(*a, **k):
             sync()
             t0 = time.perf_counter()
+            if key == "train" and split["first_train"] is None:
+                split["first_train"] = t0
             try:
                 return fn(*a, **k)
             finally:
@@ -148,13 +152,15 @@ def sweep_split(name: str, extra: list) -> dict:
     cli.main()
     total = time.perf_counter() - start
     shutil.rmtree(out, ignore_errors=True)
-    return {"seconds": total, "train_s": split["train"], "evaluation_s": split["evaluation"],
-            "rest_s": total - split["train"] - split["evaluation"], "evaluations": split["calls"]}
+    startup = (split["first_train"] or start + total) - start
+    return {"seconds": total, "startup_s": startup, "train_s": split["train"], "evaluation_s": split["evaluation"],
+            "rest_s": total - startup - split["train"] - split["evaluation"], "evaluations": split["calls"]}
 
 
 def run_splits(names: list, reps: int, extra: list) -> dict:
     """``sweep_split`` of each sweep, each repetition in its own process (median by total seconds)."""
-    print(f"{'sweep':<8} {'seconds':>8} {'train':>8} {'evaluation':>11} {'rest':>8}  evaluations, per one")
+    print(f"{'sweep':<8} {'seconds':>8} {'start-up':>9} {'train':>8} {'evaluation':>11} {'rest':>8}  "
+          "evaluations, per one")
     results = {}
     for name in names:
         runs = []
@@ -165,7 +171,8 @@ def run_splits(names: list, reps: int, extra: list) -> dict:
                 raise SystemExit(f"{name} split failed:\n{proc.stderr[-2000:]}")
             runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         r = results[name] = {**sorted(runs, key=lambda run: run["seconds"])[len(runs) // 2], "runs": runs}
-        print(f"{name:<8} {r['seconds']:8.1f} {r['train_s']:8.1f} {r['evaluation_s']:11.2f} {r['rest_s']:8.1f}  "
+        print(f"{name:<8} {r['seconds']:8.1f} {r['startup_s']:9.1f} {r['train_s']:8.1f} {r['evaluation_s']:11.2f} "
+              f"{r['rest_s']:8.1f}  "
               f"{r['evaluations']}, {1000 * r['evaluation_s'] / max(r['evaluations'], 1):.1f} ms", flush=True)
     return results
 

@@ -29,4 +29,5 @@ def test_sweep_split_times_a_packed_sweep_in_parts():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     split = json.loads(proc.stdout.strip().splitlines()[-1])
     assert split["train_s"] > 0 and split["evaluation_s"] > 0 and split["evaluations"] >= 4
-    assert split["rest_s"] >= 0 and split["train_s"] + split["evaluation_s"] <= split["seconds"]
+    assert split["startup_s"] > 0 and split["rest_s"] >= 0
+    assert split["startup_s"] + split["train_s"] + split["evaluation_s"] <= split["seconds"]
