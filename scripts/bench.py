@@ -32,7 +32,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
+from typing import Callable, Dict
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -92,6 +94,41 @@ def _median_rate(step, rounds: int, reps: int, sync) -> tuple:
     return rounds / statistics.median(times), times
 
 
+class CallTimer:
+    """Wraps functions so each call adds its seconds to ``seconds[key]`` and counts in ``calls[key]``; ``first[key]``
+    is the clock at the first call. ``sync`` runs before and after each call (a GPU's synchronize: the call's own
+    device work, not what it queued, is then what is timed)."""
+
+    def __init__(self, sync: Callable[[], None] = lambda: None):
+        self.sync = sync
+        self.seconds: Dict[str, float] = defaultdict(float)
+        self.calls: Dict[str, int] = defaultdict(int)
+        self.first: Dict[str, float] = {}
+
+    def wrap(self, obj, name: str, key: str) -> None:
+        fn = getattr(obj, name)
+
+        def wrapper(*a, **k):
+            self.sync()
+            t0 = time.perf_counter()
+            self.first.setdefault(key, t0)
+            try:
+                return fn(*a, **k)
+            finally:
+                self.sync()
+                self.seconds[key] += time.perf_counter() - t0
+                self.calls[key] += 1
+        setattr(obj, name, wrapper)
+
+
+def child_json(cmd: list, what: str) -> dict:
+    """Run ``cmd`` (this script in another process) and return the JSON object on its last line of output."""
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{what} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def sweep_seconds(name: str, launcher: str, reps: int, extra: list) -> dict:
     """Wall-clock seconds of ``run.py -m`` over the sweep ``name`` under ``launcher`` (median of ``reps``, each in
     a fresh sweep directory), and the per-job client runner and pack size from the summaries."""
@@ -124,27 +161,9 @@ def sweep_split(name: str, extra: list) -> dict:
     from fedbench import cli, pack
     from fedbench.engine import simulation
 
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    split = {"train": 0.0, "evaluation": 0.0, "calls": 0, "first_train": None}
-
-    def timed(module, attr, key):
-        fn = getattr(module, attr)
-
-        def wrapper(*a, **k):
-            sync()
-            t0 = time.perf_counter()
-            if key == "train" and split["first_train"] is None:
-                split["first_train"] = t0
-            try:
-                return fn(*a, **k)
-            finally:
-                sync()
-                split[key] += time.perf_counter() - t0
-                split["calls"] += key == "evaluation"
-        setattr(module, attr, wrapper)
-
-    timed(pack, "compute", "train")
-    timed(simulation, "evaluate", "evaluation")
+    timer = CallTimer(torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None))
+    timer.wrap(pack, "compute", "train")
+    timer.wrap(simulation, "evaluate", "evaluation")
     out = Path(tempfile.mkdtemp())
     sys.argv = [str(ROOT / "run.py"), "-m", "logger=none", *SWEEPS[name], *LAUNCHERS["packed"], *extra,
                 f"hydra.sweep.dir={out}"]
@@ -152,9 +171,10 @@ def sweep_split(name: str, extra: list) -> dict:
     cli.main()
     total = time.perf_counter() - start
     shutil.rmtree(out, ignore_errors=True)
-    startup = (split["first_train"] or start + total) - start
-    return {"seconds": total, "startup_s": startup, "train_s": split["train"], "evaluation_s": split["evaluation"],
-            "rest_s": total - startup - split["train"] - split["evaluation"], "evaluations": split["calls"]}
+    startup = timer.first.get("train", start + total) - start
+    train, evaluation = timer.seconds["train"], timer.seconds["evaluation"]
+    return {"seconds": total, "startup_s": startup, "train_s": train, "evaluation_s": evaluation,
+            "rest_s": total - startup - train - evaluation, "evaluations": timer.calls["evaluation"]}
 
 
 def run_splits(names: list, reps: int, extra: list) -> dict:
@@ -163,13 +183,8 @@ def run_splits(names: list, reps: int, extra: list) -> dict:
           "evaluations, per one")
     results = {}
     for name in names:
-        runs = []
-        for _ in range(reps):
-            cmd = [sys.executable, __file__, "--split-one", name, "--set", *extra]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise SystemExit(f"{name} split failed:\n{proc.stderr[-2000:]}")
-            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        runs = [child_json([sys.executable, __file__, "--split-one", name, "--set", *extra], f"{name} split")
+                for _ in range(reps)]
         r = results[name] = {**sorted(runs, key=lambda run: run["seconds"])[len(runs) // 2], "runs": runs}
         print(f"{name:<8} {r['seconds']:8.1f} {r['startup_s']:9.1f} {r['train_s']:8.1f} {r['evaluation_s']:11.2f} "
               f"{r['rest_s']:8.1f}  "
@@ -202,25 +217,13 @@ def fedbench_variant(overrides: list, runner: str, rounds: int, reps: int) -> di
     sim = Simulation(cfg, run_dir, ROOT / cfg.data.root)
     if runner == "vmap" and sim.cohort is None:
         return {"skipped": "vmap unsupported"}
-    split = {"train": 0.0, "server": 0.0, "participation": 0.0}
-
-    def timed(obj, name, key):
-        fn = getattr(obj, name)
-
-        def wrapper(*a, **k):
-            t0 = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                split[key] += time.perf_counter() - t0
-        setattr(obj, name, wrapper)
-
-    timed(sim.participation, "round", "participation")
-    timed(sim.algo, "client_update", "train")
+    timer = CallTimer()  # host time inside the timed rounds (the rounds' own sync brackets them)
+    timer.wrap(sim.participation, "round", "participation")
+    timer.wrap(sim.algo, "client_update", "train")
     if sim.cohort is not None:
-        timed(sim.cohort, "updates", "train")
+        timer.wrap(sim.cohort, "updates", "train")
     for name in ("accumulate", "server_update", "begin_round"):
-        timed(sim.algo, name, "server")
+        timer.wrap(sim.algo, name, "server")
     sync = torch.cuda.synchronize if sim.device.type == "cuda" else (lambda: None)
     rate, times = _median_rate(sim.round, rounds, reps, sync)
     total = sum(times)
@@ -232,7 +235,7 @@ def fedbench_variant(overrides: list, runner: str, rounds: int, reps: int) -> di
     eval_s = time.perf_counter() - t0
     rss = _rss_mb()  # before the bare forward's large batches
     bare_s = _bare_forward(sim, sync)
-    per_round = {k: v / (rounds * reps + 1) for k, v in split.items()}
+    per_round = {k: timer.seconds[k] / (rounds * reps + 1) for k in ("train", "server", "participation")}
     per_round["rest"] = max(total / (rounds * reps) - sum(per_round.values()), 0.0)
     per_round["evaluation"] = eval_s / (cfg.eval_every)
     sim.close()
@@ -396,10 +399,7 @@ def main() -> None:
                 continue
             cmd = [sys.executable, __file__, "--one", name, variant, "--rounds", str(rounds), "--reps",
                    str(args.reps), "--set", *args.set]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise SystemExit(f"{name} {variant} failed:\n{proc.stderr[-2000:]}")
-            row[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
+            row[variant] = child_json(cmd, f"{name} {variant}")
         results["workloads"][name] = row
         for variant, r in row.items():
             if "skipped" in r:

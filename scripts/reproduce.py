@@ -222,7 +222,7 @@ PAPERS: Dict[str, List[Section]] = {
         Section("a20", "fedamd_fmnist_small", "algo", FEDAMD, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
                 space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY),
         # the paper's whole 18-point grid (no --space): FedAMD's claim against FedAvg, then the three other
-        # baselines tuned alike (a20_fullgrid_baselines, about 1.9 h on two cores, joint with it)
+        # baselines tuned alike (a20_fullgrid_baselines, 71 min on two cores, joint with it)
         Section("a20_fullgrid", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=18,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, tiny=FEDAMD_TINY),
         Section("a20_fullgrid_baselines", "fedamd_fmnist_small", "algo", FEDAMD[2:], trials=18,
