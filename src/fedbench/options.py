@@ -138,6 +138,13 @@ def declared_rules(cls: type) -> Iterator[Tuple[str, Rule]]:
             yield f.name, f.metadata[META]
 
 
+def typed(node: Any) -> Any:
+    """A composed config node as the instance of the dataclass it was composed from (``OmegaConf.to_object``);
+    anything else as it is. For the options a component reads every round: a DictConfig attribute costs about
+    20 us, a dataclass's tens of ns, and the values are the same (numbers, strings, Enum members, lists)."""
+    return OmegaConf.to_object(node) if isinstance(node, DictConfig) else node
+
+
 def check_values(node: DictConfig, prefix: str = "", rules: Optional[Mapping[str, Rule]] = None) -> None:
     """Raise ``ConfigError`` naming the first value its field's rule refuses (lists element by element; keys of
     untyped nodes, such as ``algo_settings``, by the default rule: finite and >= 0). ``rules``: rules by dotted

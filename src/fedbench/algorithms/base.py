@@ -38,7 +38,7 @@ from fedbench.algorithms.server_optimizer import ServerOptimizer, ServerStep
 from fedbench.errors import ConfigError
 from fedbench.records import ClientUpdate, RoundContext, StepHook
 from fedbench.registry import Registry
-from fedbench.options import option
+from fedbench.options import option, typed
 
 if TYPE_CHECKING:
     from fedbench.training.trainer import ClientTrainer
@@ -116,7 +116,7 @@ class Algorithm:
                             + ": declare batchable = False")
 
     def __init__(self, cfg: Any, ctx: AlgoContext):
-        self.cfg = cfg
+        self.cfg = typed(cfg)  # read every round: the Config instance, not the DictConfig
         self.ctx = ctx
         self._state: Dict[str, torch.Tensor] = {}
         self._tables: Dict[str, ClientTable] = {}

@@ -28,6 +28,7 @@ from fedbench.training.evaluation import evaluate
 from fedbench.training.schedule import lr_at
 from fedbench.engine.oracle import EngineOracle
 from fedbench.errors import ConfigError, require
+from fedbench.options import typed
 from fedbench.logging import RunLogger
 from fedbench.participation import LayerContext, ParticipationProcess
 from fedbench.records import Cost, RoundContext
@@ -80,6 +81,8 @@ class Simulation:
         require(not Path(root).exists() or Path(root).is_dir(), "data.root", f"{root} is a file.",
                 "give a folder (datasets are looked for, downloaded and cached there).")
         self.cfg = cfg
+        self.client = typed(cfg.client)  # read every round (lr, local_steps): the Config instance
+        self.rounds = int(cfg.rounds)
         self.run_dir = Path(run_dir)
         self.device = resolve_device(cfg.engine.device)
         seed = cfg.seed
@@ -196,7 +199,7 @@ class Simulation:
 
     def lr(self, t: int) -> float:
         """The client learning rate of round t under ``client.lr_schedule``."""
-        return lr_at(self.cfg.client.lr_schedule, self.cfg.client.lr, t, self.cfg.rounds)
+        return lr_at(self.client.lr_schedule, self.client.lr, t, self.rounds)
 
     def round(self, t: int) -> RoundRecord:
         """Run round t: participation, local updates streamed into the aggregate, the server update; return its
@@ -209,7 +212,7 @@ class Simulation:
         ``fedbench.pack``, computes several jobs' requests as one cohort); it returns the ``RoundRecord``."""
         cost = self.trainer.cost
         before = cost.totals()
-        oracle = EngineOracle(self.trainer, t, self.lr(t), self.x, self.cfg.algo.server_lr, self.cfg.client.local_steps)
+        oracle = EngineOracle(self.trainer, t, self.lr(t), self.x, self.algo.cfg.server_lr, self.client.local_steps)
         # the round's streams start at their first occurrence twice: for an oracle's probes, and again for the
         # local runs they predict, so a probed client trains on exactly the minibatches it was probed on
         self.trainer.begin_round()

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from fedbench.options import typed
 from fedbench.registry import Registry
 from fedbench.rng import numpy_rng
 
@@ -97,7 +98,7 @@ class Layer:
     state_attrs: tuple = ()
 
     def __init__(self, cfg: Any, ctx: LayerContext):
-        self.cfg = cfg
+        self.cfg = typed(cfg)  # read every round: the Config instance, not the DictConfig
         self.ctx = ctx
         self.num_clients = ctx.num_clients
 

@@ -31,7 +31,7 @@ from omegaconf import OmegaConf
 from fedbench.errors import require
 from fedbench.participation.base import (AVAILABILITY, DROPOUT, SELECTION, ClientOracle, LayerContext,
                                          RoundParticipation)
-from fedbench.options import check_values
+from fedbench.options import check_values, typed
 from fedbench.participation.selection import All
 from fedbench.rng import numpy_rng
 
@@ -39,7 +39,7 @@ from fedbench.rng import numpy_rng
 class ParticipationProcess:
     def __init__(self, cfg: Any, ctx: LayerContext):
         check_values(cfg, "participation")
-        self.cfg = cfg
+        self.cfg = typed(cfg)  # read every round: the Config instance, not the DictConfig
         self.ctx = ctx
         self.num_clients = n = ctx.num_clients
         self.seed = ctx.seed
