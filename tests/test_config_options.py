@@ -153,6 +153,13 @@ def test_components_read_their_options_from_typed_configs_with_the_same_values(g
                 assert isinstance(getattr(obj, layer), LAYERS[layer].get_class(node[layer].kind).Config)
 
 
+def test_typed_leaves_what_no_dataclass_composed_as_it_is():
+    from fedbench.options import typed
+
+    node = OmegaConf.create({"server_lr": 1.0})
+    assert typed(node) is node and typed(None) is None
+
+
 def test_a_simulation_hands_its_components_typed_configs(tiny_cfg, tmp_path):
     from conftest import make_sim
 

@@ -140,9 +140,12 @@ def declared_rules(cls: type) -> Iterator[Tuple[str, Rule]]:
 
 def typed(node: Any) -> Any:
     """A composed config node as the instance of the dataclass it was composed from (``OmegaConf.to_object``);
-    anything else as it is. For the options a component reads every round: a DictConfig attribute costs about
-    20 us, a dataclass's tens of ns, and the values are the same (numbers, strings, Enum members, lists)."""
-    return OmegaConf.to_object(node) if isinstance(node, DictConfig) else node
+    anything else (an untyped DictConfig included) as it is. For the options a component reads every round: a
+    DictConfig attribute costs about 20 us, a dataclass's tens of ns, and the values are the same (numbers,
+    strings, Enum members, lists)."""
+    if isinstance(node, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(node)):
+        return OmegaConf.to_object(node)
+    return node
 
 
 def check_values(node: DictConfig, prefix: str = "", rules: Optional[Mapping[str, Rule]] = None) -> None:
