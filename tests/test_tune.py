@@ -17,7 +17,7 @@ import yaml
 from conftest import compose
 
 from fedbench.errors import ConfigError, FedbenchError
-from fedbench.tune.cli import _split, make_plan, methods, parser
+from fedbench.tune.cli import _plan_directory, _split, make_plan, methods, parser
 from fedbench.tune.protocol import Plan, Tuning, check_seeds
 from fedbench.tune.select import VALIDATION_COLUMNS, Rule, choose, read_validation
 from fedbench.tune.space import Dimension, declared, grid_points, resolve
@@ -227,6 +227,32 @@ def test_rerunning_skips_finished_jobs_resumes_interrupted_ones_and_restarts_fai
     assert sorted(j.name for j in launched) == ["final/mifa_seed1", "trials/fedavg/t01_seed100"]
     resumed = next(j for j in launched if j.name == "final/mifa_seed1")
     assert f"resume={interrupted.resolve()}" in resumed.overrides
+
+
+def test_a_rerun_may_add_methods_whose_jobs_alone_run_and_the_old_choices_stand(tmp_path, capsys):
+    """A baseline added to a finished tuning directory gets the same budget; nothing of the others runs again."""
+    launched = []
+    score = lambda p: ("completed", [0.5, float(p["client.lr"])], [0.5, 0.5])  # noqa: E731 (larger lr wins)
+    launch = fake_launcher(tmp_path, score, launched)
+    _plan_directory(tmp_path, tmp_path / "tune.json", plan(algos=("fedavg",)))
+    Tuning(plan(algos=("fedavg",)), tmp_path, launch, echo=lambda s: None).run()
+    before = json.loads((tmp_path / "selection.json").read_text())["methods"]["fedavg"]
+    launched.clear()
+    grown = plan(algos=("fedavg", "mifa"))
+    _plan_directory(tmp_path, tmp_path / "tune.json", grown)
+    assert "methods added: mifa" in capsys.readouterr().out
+    assert Plan.load(tmp_path / "tune.json").methods == ["fedavg", "mifa"]
+    Tuning(grown, tmp_path, launch, echo=lambda s: None).run()
+    assert sorted(j.name for j in launched) == ["final/mifa_seed0", "final/mifa_seed1", "trials/mifa/t00_seed100",
+                                                "trials/mifa/t01_seed100"]
+    after = json.loads((tmp_path / "selection.json").read_text())["methods"]
+    assert list(after) == ["fedavg", "mifa"] and after["fedavg"] == before
+    assert after["mifa"]["trials_run"] == after["fedavg"]["trials_run"] == 2
+    # a method left out, or anything else changed beside an added method, is another plan
+    for other, entry in ((plan(algos=("mifa",)), "methods: ['fedavg', 'mifa'] -> ['mifa']"),
+                         (plan(algos=("fedavg", "mifa", "scaffold"), trials=3), "trials: 2 -> 3")):
+        with pytest.raises(FedbenchError, match=re.escape(entry)):
+            _plan_directory(tmp_path, tmp_path / "tune.json", other)
 
 
 def test_tpe_runs_the_budget_in_batches_and_resumes_from_the_stored_trials(tmp_path):

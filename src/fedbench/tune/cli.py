@@ -252,19 +252,35 @@ def _directory(args: argparse.Namespace, plan: Plan) -> Tuple[Path, RunLock]:
 def _plan_directory(root: Path, path: Path, plan: Plan) -> None:
     if path.is_file():
         old = Plan.load(path)
-        diff = [d for d in old.differences(plan) if not d.startswith("seeds:")]
+        added = [m for m in plan.methods if m not in old.methods]
+        diff = [d for d in old.differences(plan) if not _may_change(d, old, plan)]
         if diff:
             raise FedbenchError(f"{root} was started with another plan ({'; '.join(diff)}). Fix: rerun with the "
-                                "arguments it was started with (only --seeds may change: the final seeds do not "
-                                "enter the selection), or leave out --dir to start a new tuning.")
-        if old.seeds != plan.seeds:
+                                "arguments it was started with (only --seeds may change, and methods may be added "
+                                "to --algos/--compare: neither changes another method's trials or choice), or "
+                                "leave out --dir to start a new tuning.")
+        news = ([f"final seeds now {','.join(map(str, plan.seeds))}"] if old.seeds != plan.seeds else []) + (
+            [f"methods added: {', '.join(added)}"] if added else [])
+        if old.differences(plan):
             plan.save(path)
-        print(f"fedbench-tune: continuing {root} (finished jobs are skipped"
-              + (f"; final seeds now {','.join(map(str, plan.seeds))}" if old.seeds != plan.seeds else "") + ")",
+        print(f"fedbench-tune: continuing {root} (finished jobs are skipped{''.join(f'; {n}' for n in news)})",
               flush=True)
     else:
         plan.save(path)
         print(f"fedbench-tune: tuning in {root} (rerun with --dir {root} to continue it)", flush=True)
+
+
+def _may_change(difference: str, old: Plan, new: Plan) -> bool:
+    """Whether a rerun may continue a directory despite this difference of plans: the final seeds (they do not
+    enter the selection), or methods added to the old ones, with their spaces (a method's trials and choice depend
+    only on its own name and space and the shared settings, so the old methods' results stand)."""
+    if difference.startswith("seeds:"):
+        return True
+    if not set(old.methods) <= set(new.methods):
+        return False
+    added = [m for m in new.methods if m not in old.methods]
+    return difference.startswith(("methods:", *(f"{part}.{m}:" for m in added
+                                                 for part in ("spaces", "reused.methods"))))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
