@@ -360,7 +360,7 @@ class Simulation:
         self._clock = time.perf_counter() - self.elapsed
         for cb in self.callbacks:
             cb.on_run_start(self)
-        for t in range(self.next_round, cfg.rounds):
+        for t in range(self.next_round, self.rounds):
             if self.stop_status is not None:
                 break
             record = yield from self.round_steps(t)
@@ -414,7 +414,7 @@ class Simulation:
         return {
             "status": status,
             "reason": reason,
-            "rounds_planned": int(self.cfg.rounds),
+            "rounds_planned": self.rounds,
             "empty_rounds": rounds.empty_rounds if rounds else 0,
             "initial_test_loss": divergence.initial_test_loss if divergence else None,
             "algorithm": self.cfg.algo.name,
