@@ -89,8 +89,9 @@ class Section:
             methods, trials, overrides = methods[:2], 2, [*overrides, *self.tiny]
         which = (["--algos", ",".join(methods)] if self.key == "algo"
                  else ["--compare", f"{self.key}={','.join(methods)}"])
-        launcher = [] if any(e.startswith("hydra/launcher=") for e in extra) else LAUNCHERS[self.launcher]
-        if launcher == LAUNCHERS["joblib"]:
+        chosen = next((e.split("=", 1)[1] for e in extra if e.startswith("hydra/launcher=")), None)
+        launcher = [] if chosen else LAUNCHERS[self.launcher]
+        if (chosen or self.launcher) == "joblib":  # one thread per worker, also under a joblib given in extra
             overrides.append("engine.num_threads=1")
         directory = self.directory(scale, out)
         tuning = (["--from", str(self.selection(scale, out))] if self.after else

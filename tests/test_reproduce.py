@@ -70,7 +70,14 @@ def test_every_section_composes_with_a_space_for_every_method(tmp_path, scale):
 def test_a_launcher_override_replaces_the_sections_and_bad_arguments_are_refused(capsys):
     cmd, _ = reproduce.PAPERS["mimic"][0].command("small", ROOT, ["hydra/launcher=basic"])
     assert [c for c in cmd if c.startswith("hydra/launcher=")] == ["hydra/launcher=basic"]
-    assert "hydra.launcher.n_jobs=2" not in cmd
+    assert "hydra.launcher.n_jobs=2" not in cmd and "engine.num_threads=1" not in cmd
+    # joblib given explicitly (another worker count) keeps the section's one thread per worker, so its plan is the
+    # section's and a rerun continues the section's directory
+    section = reproduce.PAPERS["fedamd"][0]
+    default, _ = section.command("small", ROOT, [])
+    given, _ = section.command("small", ROOT, ["hydra/launcher=joblib", "hydra.launcher.n_jobs=1"])
+    plan = lambda cmd: cmd[:cmd.index("--dir") + 2]  # noqa: E731 (the arguments before the launcher's)
+    assert "engine.num_threads=1" in default and plan(given) == plan(default)
     assert reproduce.main(["mimic", "--section", "nope", "--dry-run"]) == 2
     assert "Allowed: roundrobin, roundrobin_tau10" in capsys.readouterr().err
     # a second section name after the first is not a Hydra override (it would reach fedbench-tune as one)
