@@ -17,7 +17,7 @@ import yaml
 from conftest import compose
 
 from fedbench.errors import ConfigError, FedbenchError
-from fedbench.tune.cli import _plan_directory, _split, make_plan, methods, parser
+from fedbench.tune.cli import _may_change, _plan_directory, _split, make_plan, methods, parser
 from fedbench.tune.protocol import Plan, Tuning, check_seeds
 from fedbench.tune.select import VALIDATION_COLUMNS, Rule, choose, read_validation
 from fedbench.tune.space import Dimension, declared, grid_points, resolve
@@ -248,6 +248,13 @@ def test_a_rerun_may_add_methods_whose_jobs_alone_run_and_the_old_choices_stand(
     after = json.loads((tmp_path / "selection.json").read_text())["methods"]
     assert list(after) == ["fedavg", "mifa"] and after["fedavg"] == before
     assert after["mifa"]["trials_run"] == after["fedavg"]["trials_run"] == 2
+    # under --from the carried record holds the added method too: that entry alone is no other plan
+    record = {"file": "s.json", "methods": {"fedavg": {"chosen": {"params": {"client.lr": 0.1}}}}}
+    more = {**record, "methods": {**record["methods"], "mifa": {"chosen": {"params": {"client.lr": 0.3}}}}}
+    carried, grown_carried = plan(algos=("fedavg",), reused=record), plan(algos=("fedavg", "mifa"), reused=more)
+    assert carried.differences(grown_carried) and \
+        all(_may_change(d, carried, grown_carried) for d in carried.differences(grown_carried))
+    assert not all(_may_change(d, grown_carried, carried) for d in grown_carried.differences(carried))
     # a method left out, or anything else changed beside an added method, is another plan
     for other, entry in ((plan(algos=("mifa",)), "methods: ['fedavg', 'mifa'] -> ['mifa']"),
                          (plan(algos=("fedavg", "mifa", "scaffold"), trials=3), "trials: 2 -> 3")):
