@@ -253,7 +253,8 @@ def _plan_directory(root: Path, path: Path, plan: Plan) -> None:
     if path.is_file():
         old = Plan.load(path)
         added = [m for m in plan.methods if m not in old.methods]
-        diff = [d for d in old.differences(plan) if not _may_change(d, old, plan)]
+        differences = old.differences(plan)
+        diff = [d for d in differences if not _may_change(d, old, plan)]
         if diff:
             raise FedbenchError(f"{root} was started with another plan ({'; '.join(diff)}). Fix: rerun with the "
                                 "arguments it was started with (only --seeds may change, and methods may be added "
@@ -261,7 +262,7 @@ def _plan_directory(root: Path, path: Path, plan: Plan) -> None:
                                 "leave out --dir to start a new tuning.")
         news = ([f"final seeds now {','.join(map(str, plan.seeds))}"] if old.seeds != plan.seeds else []) + (
             [f"methods added: {', '.join(added)}"] if added else [])
-        if old.differences(plan):
+        if differences:
             plan.save(path)
         print(f"fedbench-tune: continuing {root} (finished jobs are skipped{''.join(f'; {n}' for n in news)})",
               flush=True)
