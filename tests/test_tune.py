@@ -169,7 +169,11 @@ def test_a_choice_that_diverges_on_final_seeds_is_recorded_and_said_with_the_rem
     warning = [s for s in said if "warning" in s]
     assert len(warning) == 1 and warning[0].startswith("fedbench-tune: warning: mifa: its choice (client.lr=0.3) "
                                                        "diverged on final seed(s) 1 of 2")
-    assert "--tune-seeds 100,101" in warning[0]
+    assert "--tune-seeds 100,101:" in warning[0]
+    said.clear()  # tuned on two seeds already, the remedy adds a third
+    Tuning(plan(trials=2, tune_seeds=[100, 101]), tmp_path / "two", fake_launcher(tmp_path / "two", outcome, []),
+           echo=said.append).run()
+    assert "--tune-seeds 100,101,102:" in [s for s in said if "warning" in s][0]
 
 
 def test_the_report_has_one_group_per_method_with_its_chosen_and_own_settings(tmp_path):

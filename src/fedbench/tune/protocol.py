@@ -327,8 +327,16 @@ class Tuning:
                           f"on final seed(s) {', '.join(map(str, seeds))} of {n}: it trained on the tuning seed(s) "
                           f"at the edge of stability, and its comparisons rest on the {n - len(seeds)} seed(s) that "
                           "completed. For a choice that trains on every seed, tune on more seeds (e.g. --tune-seeds "
-                          "100,101: a configuration that diverges on any of them scores worst)")
+                          f"{','.join(map(str, self._more_tune_seeds()))}: a configuration that diverges on any of "
+                          "them scores worst)")
         write_text(path, json.dumps(selection, indent=2) + "\n")
+
+    def _more_tune_seeds(self) -> List[int]:
+        """The tuning seeds and one more, disjoint from the final seeds: the remedy's example."""
+        extra = max(self.plan.tune_seeds) + 1
+        while extra in self.plan.seeds:
+            extra += 1
+        return [*self.plan.tune_seeds, extra]
 
     def report(self) -> Optional[Path]:
         """``fedbench-report`` of the final runs: one group per method; the chosen values and every other setting
