@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,7 @@ def fake_launcher(root, outcome, launched):
                 "name": algo, "kind": algo, "weighting": weighting}, "client": {"lr": float(params["client.lr"])}}))
             choices = {k: v for k, v in params.items() if k == "algo" or "/" in k}
             (run / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"runtime": {"choices": choices}}}))
+            (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(list(job.overrides)))
             with open(run / "metrics.csv", "w", newline="") as f:
                 w = csv.writer(f)
                 w.writerow(["round", "train_loss", "test_loss", "test_acc", "val_loss", "val_acc"])
@@ -174,6 +176,36 @@ def test_a_choice_that_diverges_on_final_seeds_is_recorded_and_said_with_the_rem
     Tuning(plan(trials=2, tune_seeds=[100, 101]), tmp_path / "two", fake_launcher(tmp_path / "two", outcome, []),
            echo=said.append).run()
     assert "--tune-seeds 100,101,102:" in [s for s in said if "warning" in s][0]
+
+
+def test_finished_runs_stand_for_their_jobs_only_if_they_ran_their_overrides(tmp_path):
+    def outcome(p):
+        return "completed", [0.5 + float(p["client.lr"]) * int(p["seed"]) / 100], [0.7]
+
+    one = tmp_path / "one"
+    Tuning(plan(trials=2), one, fake_launcher(one, outcome, []), echo=lambda s: None).run()
+    # a second tuning seed: the first seed's trials copied in are the same jobs, so only the new ones run
+    two, launched = tmp_path / "two", []
+    for run in (one / "trials").glob("*/t*_seed100"):
+        shutil.copytree(run, two / run.relative_to(one))
+    overrides = two / "trials" / "mifa" / "t00_seed100" / ".hydra" / "overrides.yaml"
+    overrides.write_text(yaml.safe_dump([*yaml.safe_load(overrides.read_text()), "resume=/elsewhere"]))
+    assert Tuning(plan(trials=2, tune_seeds=[100, 101]), two, fake_launcher(two, outcome, launched),
+                  echo=lambda s: None).run() == []
+    assert sorted(j.name for j in launched if j.name.startswith("trials/")) == [
+        f"trials/{m}/t0{i}_seed101" for m in ("fedavg", "mifa") for i in (0, 1)]
+    # a run of another configuration under a trial's name is refused, naming what it ran
+    three = tmp_path / "three"
+    shutil.copytree(one, three)
+    run = three / "trials" / "fedavg" / "t01_seed100"
+    ran = [o.replace("client.lr=", "client.lr=9") if o.startswith("client.lr=") else o
+           for o in yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())]
+    (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(ran))
+    launched = []
+    with pytest.raises(FedbenchError, match=r"t01_seed100 finished under other overrides than its job: it ran "
+                                            r"client\.lr=9\S* where the job has client\.lr=\S+\. .*Fix: move it"):
+        Tuning(plan(trials=2), three, fake_launcher(three, outcome, launched), echo=lambda s: None).run()
+    assert launched == []
 
 
 def test_the_report_has_one_group_per_method_with_its_chosen_and_own_settings(tmp_path):

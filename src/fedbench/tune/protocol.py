@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+import yaml
+
 from fedbench.errors import FedbenchError
 from fedbench.rng import derive_seed
 from fedbench.checkpoint import Checkpointer
@@ -150,6 +152,7 @@ class Tuning:
         for job in jobs:
             run_dir = self.root / job.name
             if read_status(run_dir) in FINISHED:
+                self._check_ran(job, run_dir)
                 continue
             if Checkpointer(run_dir).paths():
                 job = Job(job.name, [*job.overrides, f"resume={run_dir.resolve()}"])
@@ -167,6 +170,26 @@ class Tuning:
                 self.failed.append(job.name)
                 self.echo(f"fedbench-tune: job {job.name} {status or 'wrote no summary'}"
                           + (f": {reason}" if reason else ""))
+
+    def _check_ran(self, job: Job, run_dir: Path) -> None:
+        """A finished run stands for its job only if it ran the job's overrides (Hydra's record of them,
+        ``.hydra/overrides.yaml``, less the ``resume=`` of a continued run): one left by another plan, or copied
+        from another directory with other values, would put another configuration's numbers under this one's."""
+        path = run_dir / ".hydra" / "overrides.yaml"
+        if not path.is_file():  # a launcher that keeps no Hydra record: nothing to compare
+            return
+        try:
+            ran = [o for o in yaml.safe_load(path.read_text()) or [] if not str(o).startswith("resume=")]
+        except (OSError, yaml.YAMLError) as exc:
+            raise FedbenchError(f"Cannot read {path} ({exc}). Fix: move {run_dir} out of the tuning directory "
+                                "(its job then runs again).") from None
+        if ran != job.overrides:
+            extra = [o for o in ran if o not in job.overrides] or ["the same overrides in another order"]
+            missing = [o for o in job.overrides if o not in ran]
+            raise FedbenchError(f"{run_dir} finished under other overrides than its job: it ran "
+                                f"{' '.join(extra)}" + (f" where the job has {' '.join(missing)}" if missing else "")
+                                + f". It was left by another plan or copied from another directory. Fix: move it "
+                                f"out of {self.root} (its job then runs again), or pass --dir a new folder.")
 
     # -- phase 1 ------------------------------------------------------------------------------------------------
     def _stored(self, method: str) -> List[Dict[str, Any]]:
