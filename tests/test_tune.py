@@ -203,9 +203,13 @@ def test_finished_runs_stand_for_their_jobs_only_if_they_ran_their_overrides(tmp
     (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(ran))
     launched = []
     with pytest.raises(FedbenchError, match=r"t01_seed100 finished under other overrides than its job: it ran "
-                                            r"client\.lr=9\S* where the job has client\.lr=\S+\. .*Fix: move it"):
+                                            r"client\.lr=9\S*; the job has client\.lr=\S+\. .*Fix: move it"):
         Tuning(plan(trials=2), three, fake_launcher(three, outcome, launched), echo=lambda s: None).run()
     assert launched == []
+    # a run that lacks one of its job's overrides (an older plan's job) is named by what it lacks
+    (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([o for o in ran if not o.startswith("client.lr")]))
+    with pytest.raises(FedbenchError, match=r"than its job: the job has client\.lr=\S+\. It was left"):
+        Tuning(plan(trials=2), three, fake_launcher(three, outcome, launched), echo=lambda s: None).run()
 
 
 def test_the_report_has_one_group_per_method_with_its_chosen_and_own_settings(tmp_path):

@@ -184,12 +184,14 @@ class Tuning:
             raise FedbenchError(f"Cannot read {path} ({exc}). Fix: move {run_dir} out of the tuning directory "
                                 "(its job then runs again).") from None
         if ran != job.overrides:
-            extra = [o for o in ran if o not in job.overrides] or ["the same overrides in another order"]
+            extra = [o for o in ran if o not in job.overrides]
             missing = [o for o in job.overrides if o not in ran]
-            raise FedbenchError(f"{run_dir} finished under other overrides than its job: it ran "
-                                f"{' '.join(extra)}" + (f" where the job has {' '.join(missing)}" if missing else "")
-                                + f". It was left by another plan or copied from another directory. Fix: move it "
-                                f"out of {self.root} (its job then runs again), or pass --dir a new folder.")
+            detail = "; ".join([*([f"it ran {' '.join(extra)}"] if extra else []),
+                                *([f"the job has {' '.join(missing)}"] if missing else [])])
+            raise FedbenchError(f"{run_dir} finished under other overrides than its job: "
+                                f"{detail or 'the same ones in another order'}. It was left by another plan or "
+                                f"copied from another directory. Fix: move it out of {self.root} (its job then runs "
+                                "again), or pass --dir a new folder.")
 
     # -- phase 1 ------------------------------------------------------------------------------------------------
     def _stored(self, method: str) -> List[Dict[str, Any]]:
