@@ -71,6 +71,8 @@ class Section:
     joint: str = ""  # an earlier section tuned alike on other methods: the two sections' finals reported together
     ablation: List[str] = field(default_factory=list)  # with joint: overrides added to the partner's, so this
     # section may run the partner's methods again under the setting they change (an ablation)
+    reuse: List[str] = field(default_factory=list)  # earlier sections whose finished runs of this one's jobs are
+    # copied, not rerun (fedbench-tune --reuse-runs, passed where their directories exist): a tuning seed added
     paper: str = ""
 
     def directory(self, scale: str, out: Path, name: str = "") -> Path:
@@ -97,8 +99,10 @@ class Section:
         tuning = (["--from", str(self.selection(scale, out))] if self.after else
                   ["--trials", str(trials), *[arg for item in self.space for arg in ("--space", item)],
                    "--tune-seeds", self.tune_seeds])
+        reuse = [arg for name in self.reuse if (self.directory(scale, out, name) / "tune.json").is_file()
+                 for arg in ("--reuse-runs", str(self.directory(scale, out, name)))]
         return ([sys.executable, "-m", "fedbench.tune.cli", *last_wins(overrides), *which, *tuning, "--seeds", seeds,
-                 "--dir", str(directory), *launcher, *extra], directory)
+                 "--dir", str(directory), *reuse, *launcher, *extra], directory)
 
     def joint_command(self, scale: str, out: Path) -> Tuple[List[str], Path, Path]:
         """``fedbench-report`` of this section's final runs with those of section ``joint`` (``report_joint/``): one
@@ -120,6 +124,15 @@ def ablated_key(override: str) -> str:
     key = override.split("=", 1)[0].lstrip("+")
     parts = key.split(".")
     return f"algo.{'.'.join(parts[2:])}" if parts[0] == "algo_settings" and len(parts) > 2 else key
+
+
+def check_reuse(sections: List[Section]) -> None:
+    """Every ``reuse`` names an earlier section of the same paper."""
+    for i, section in enumerate(sections):
+        for name in section.reuse:
+            if name not in [s.name for s in sections[:i]]:
+                raise ValueError(f"section {section.name}: reuse='{name}' is not an earlier section of "
+                                 f"{section.paper}. Allowed: {', '.join(s.name for s in sections[:i])}.")
 
 
 def check_joint(sections: List[Section]) -> None:
@@ -261,18 +274,19 @@ PAPERS: Dict[str, List[Section]] = {
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["rounds=500", "checkpoint_every=50"],
                 space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY, joint="a20_500_tuned"),
         # FedAMD and FedAvg tuned at 500 rounds on two tuning seeds: a20_500_tuned's one-seed choice for FedAMD
-        # diverged on a final seed (the protocol's remedy)
+        # diverged on a final seed (the protocol's remedy); the seed-100 trials are a20_500_tuned's
         Section("a20_500_2seeds", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=6,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["rounds=500", "checkpoint_every=50"],
-                space=FEDAMD_SUBGRID, tune_seeds="100,101", tiny=FEDAMD_TINY),
+                space=FEDAMD_SUBGRID, tune_seeds="100,101", tiny=FEDAMD_TINY, reuse=["a20_500_tuned"]),
         # the three other baselines tuned alike (500 rounds, two tuning seeds), joint with it
         Section("a20_500_2seeds_baselines", "fedamd_fmnist_small", "algo", FEDAMD[2:], trials=6,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["rounds=500", "checkpoint_every=50"],
-                space=FEDAMD_SUBGRID, tune_seeds="100,101", tiny=FEDAMD_TINY, joint="a20_500_2seeds"),
+                space=FEDAMD_SUBGRID, tune_seeds="100,101", tiny=FEDAMD_TINY, joint="a20_500_2seeds",
+                reuse=["a20_500_tuned_baselines"]),
         # FedAMD and FedAvg on a third tuning seed: a20_500_2seeds's choice for FedAMD still diverged on a final seed
         Section("a20_500_3seeds", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=6,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["rounds=500", "checkpoint_every=50"],
-                space=FEDAMD_SUBGRID, tune_seeds="100,101,102", tiny=FEDAMD_TINY),
+                space=FEDAMD_SUBGRID, tune_seeds="100,101,102", tiny=FEDAMD_TINY, reuse=["a20_500_2seeds"]),
         # the same budget at the two-seed choices of all five (the three at eta_s = 0.1 still climbed at round 150)
         *(Section(name, "fedamd_fmnist_small", "algo", methods, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
                   after=after, overrides=["rounds=500", "checkpoint_every=50"], space=FEDAMD_SUBGRID,
@@ -308,6 +322,7 @@ for _paper, _sections in PAPERS.items():
     for _s in _sections:
         _s.paper = _paper
     check_joint(_sections)
+    check_reuse(_sections)
 
 
 def parser() -> argparse.ArgumentParser:

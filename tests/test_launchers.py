@@ -131,6 +131,44 @@ def test_a_job_started_after_its_sweep_was_stopped_inherits_the_stop():
         assert fresh.reason() is None
 
 
+@pytest.mark.slow
+def test_a_stopped_joblib_sweep_starts_none_of_its_queued_jobs(tmp_path):
+    """Four jobs on two joblib workers: a SIGTERM to the sweep's process group while the first two run stops them
+    with a checkpoint, and the two queued jobs the workers are handed next do not start."""
+    import time
+
+    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
+    out = tmp_path / "sweep"
+    with (tmp_path / "log").open("w") as sink:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "-m", "experiment=smoke", "logger=csv",
+                                 "rounds=100000", "eval_every=1000", "checkpoint_every=1000", "seed=0,1,2,3",
+                                 "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "engine.num_threads=1",
+                                 f"data.root={tmp_path / 'data'}", f"hydra.sweep.dir={out}"],
+                                cwd=tmp_path, env=env, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT)
+    started = lambda: [d for d in out.iterdir() if (d / "rounds.csv").is_file()] if out.is_dir() else []  # noqa
+    deadline = time.time() + 300
+    while len(started()) < 2 or any(len((d / "rounds.csv").read_text().splitlines()) < 3 for d in started()):
+        assert time.time() < deadline and proc.poll() is None, (tmp_path / "log").read_text()[-3000:]
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=300) == 128 + signal.SIGTERM
+    log = (tmp_path / "log").read_text()
+    statuses = {d.name: json.loads((d / "summary.json").read_text())["status"]
+                for d in out.iterdir() if (d / "summary.json").is_file()}
+    assert sorted(statuses.values()) == ["interrupted", "interrupted"], (statuses, log[-3000:])
+    assert log.count("its sweep is stopping") == 2 and len(started()) == 2, log[-3000:]
+
+
+def test_a_sweep_stopping_marker_belongs_to_its_sweep_only(tmp_path):
+    from fedbench.runs import STOPPING, mark_stopping, sweep_stopping
+
+    assert not sweep_stopping(tmp_path)
+    mark_stopping(tmp_path)
+    assert sweep_stopping(tmp_path) and sweep_stopping(tmp_path)  # every later job of this sweep
+    (tmp_path / STOPPING).write_text("1")  # left by an earlier sweep of the directory (another main process)
+    assert not sweep_stopping(tmp_path) and not (tmp_path / STOPPING).exists()
+
+
 def test_fedbench_tune_launches_nothing_more_once_stopped(tmp_path, capsys):
     from types import SimpleNamespace
 

@@ -144,6 +144,22 @@ def test_a_joint_section_is_tuned_like_its_partner_and_waits_for_its_finals(tmp_
         reproduce.check_joint([*sections, bad])
 
 
+def test_a_section_reuses_the_runs_of_the_sections_it_names_where_they_exist(tmp_path):
+    sections = reproduce.PAPERS["fedamd"]
+    section = next(s for s in sections if s.name == "a20_500_3seeds")
+    assert section.reuse == ["a20_500_2seeds"]
+    cmd, _ = section.command("small", tmp_path, [])
+    assert "--reuse-runs" not in cmd  # nothing to copy yet: every job runs
+    earlier = tmp_path / "fedamd" / "small" / "a20_500_2seeds"
+    earlier.mkdir(parents=True)
+    (earlier / "tune.json").write_text("{}")
+    cmd, _ = section.command("small", tmp_path, [])
+    assert cmd[cmd.index("--reuse-runs") + 1] == str(earlier)
+    bad = reproduce.Section(**{**section.__dict__, "reuse": ["a20_500_4seeds"]})
+    with pytest.raises(ValueError, match="reuse='a20_500_4seeds' is not an earlier section of fedamd"):
+        reproduce.check_reuse([*sections, bad])
+
+
 def test_an_ablation_reruns_its_partners_methods_under_its_setting_and_reports_them_apart(tmp_path):
     sections = reproduce.PAPERS["fedamd"]
     ablation = next(s for s in sections if s.ablation)

@@ -49,11 +49,13 @@ RESULTS = [(h, b, m.group(1)) for h, b, m in RESULTS if m]
 
 
 def without_dir(args):
-    """A command's arguments as a set, less ``--dir PATH`` (the shown command may leave it to ``make``) and the
-    launcher's worker count (how many jobs share the machine changes wall times, never a number)."""
+    """A command's arguments as a set, less ``--dir PATH`` (the shown command may leave it to ``make``), each
+    ``--reuse-runs PATH`` (passed where that directory exists: copies of the same jobs, never other numbers) and
+    the launcher's worker count (how many jobs share the machine changes wall times, never a number)."""
     args = list(args)
-    if "--dir" in args:
-        del args[args.index("--dir"):args.index("--dir") + 2]
+    for flag in ("--dir", *["--reuse-runs"] * args.count("--reuse-runs")):
+        if flag in args:
+            del args[args.index(flag):args.index(flag) + 2]
     return sorted(a.replace(f"{ROOT}/", "") for a in args if not a.startswith("hydra.launcher.n_jobs="))
 
 

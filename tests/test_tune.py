@@ -57,7 +57,7 @@ def plan(algos=("fedavg", "mifa"), trials=2, dims=None, **kw):
                 sampler=kw.pop("sampler", "grid"), select=kw.pop("select", "final"),
                 tune_seeds=kw.pop("tune_seeds", [100]), seeds=[0, 1], val_fraction=0.1, batch=kw.pop("batch", 4),
                 spaces={a: [d.to_json() for d in (dims[a] if isinstance(dims, dict) else dims)] for a in algos},
-                reused=kw.pop("reused", None))
+                reused=kw.pop("reused", None), reuse_runs=kw.pop("reuse_runs", []))
 
 
 def test_a_changed_plan_names_the_entries_that_differ_not_whole_records():
@@ -171,11 +171,11 @@ def test_a_choice_that_diverges_on_final_seeds_is_recorded_and_said_with_the_rem
     warning = [s for s in said if "warning" in s]
     assert len(warning) == 1 and warning[0].startswith("fedbench-tune: warning: mifa: its choice (client.lr=0.3) "
                                                        "diverged on final seed(s) 1 of 2")
-    assert "--tune-seeds 100,101:" in warning[0]
+    assert f"--tune-seeds 100,101 with another --dir and --reuse-runs {tmp_path}," in warning[0]
     said.clear()  # tuned on two seeds already, the remedy adds a third
     Tuning(plan(trials=2, tune_seeds=[100, 101]), tmp_path / "two", fake_launcher(tmp_path / "two", outcome, []),
            echo=said.append).run()
-    assert "--tune-seeds 100,101,102:" in [s for s in said if "warning" in s][0]
+    assert "--tune-seeds 100,101,102 with" in [s for s in said if "warning" in s][0]
 
 
 def test_finished_runs_stand_for_their_jobs_only_if_they_ran_their_overrides(tmp_path):
@@ -210,6 +210,43 @@ def test_finished_runs_stand_for_their_jobs_only_if_they_ran_their_overrides(tmp
     (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([o for o in ran if not o.startswith("client.lr")]))
     with pytest.raises(FedbenchError, match=r"than its job: the job has client\.lr=\S+\. It was left"):
         Tuning(plan(trials=2), three, fake_launcher(three, outcome, launched), echo=lambda s: None).run()
+
+
+def test_reuse_runs_copies_the_finished_runs_of_the_same_jobs_and_runs_only_the_others(tmp_path):
+    def outcome(p):  # the largest step scores best on every seed, so one and two tuning seeds choose alike
+        return "completed", [0.5 + float(p["client.lr"]) * int(p["seed"]) / 1000], [0.7]
+
+    one = tmp_path / "one"
+    Tuning(plan(trials=2), one, fake_launcher(one, outcome, []), echo=lambda s: None).run()
+    unfinished = one / "trials" / "fedavg" / "t01_seed100" / "summary.json"
+    unfinished.write_text(json.dumps({"status": "running", "reason": None}))
+    two, launched, said = tmp_path / "two", [], []
+    assert Tuning(plan(trials=2, tune_seeds=[100, 101], reuse_runs=[str(one)]), two,
+                  fake_launcher(two, outcome, launched), echo=said.append).run() == []
+    # the new tuning seed's trials and the run the source left unfinished run; the rest, finals too, are copies
+    assert sorted(j.name for j in launched) == ["trials/fedavg/t00_seed101", "trials/fedavg/t01_seed100",
+                                                "trials/fedavg/t01_seed101", "trials/mifa/t00_seed101",
+                                                "trials/mifa/t01_seed101"]
+    copied = json.loads((two / "copied.json").read_text())
+    assert sorted(copied) == ["final/fedavg_seed0", "final/fedavg_seed1", "final/mifa_seed0", "final/mifa_seed1",
+                              "trials/fedavg/t00_seed100", "trials/mifa/t00_seed100", "trials/mifa/t01_seed100"]
+    assert all(copied[name] == str(one / name) for name in copied)
+    assert (two / "final" / "mifa_seed1" / "metrics.csv").read_text() == (
+        one / "final" / "mifa_seed1" / "metrics.csv").read_text()
+    assert json.loads((two / "selection.json").read_text())["copied_runs"] == copied
+    assert any("copied 3 finished run(s)" in s for s in said) and not (two / ".copying").exists()
+    # a rerun launches nothing and keeps the record
+    launched.clear()
+    Tuning(plan(trials=2, tune_seeds=[100, 101], reuse_runs=[str(one)]), two, fake_launcher(two, outcome, launched),
+           echo=lambda s: None).run()
+    assert launched == [] and json.loads((two / "selection.json").read_text())["copied_runs"] == copied
+    # runs are matched by the overrides they ran, not by their names: trial 1 of another space runs anew
+    three, launched = tmp_path / "three", []
+    other = [Dimension("client.lr", [0.3, 0.01], log=True, continuous=True)]
+    Tuning(plan(("mifa",), trials=2, dims=other, reuse_runs=[str(one)]), three,
+           fake_launcher(three, outcome, launched), echo=lambda s: None).run()
+    assert [j.name for j in launched] == ["trials/mifa/t01_seed100"]
+    assert "client.lr=0.01" in launched[0].overrides
 
 
 def test_the_report_has_one_group_per_method_with_its_chosen_and_own_settings(tmp_path):
@@ -415,6 +452,15 @@ def test_fedbench_tune_end_to_end_then_resumes_without_rerunning(tmp_path):
     assert again.returncode == 0 and "launching" not in again.stdout, again.stdout + again.stderr
     changed = tune([*args, "--trials", "3"], tmp_path)
     assert changed.returncode == 2 and "started with another plan (trials: 2 -> 3)" in changed.stderr
+    assert f"--reuse-runs {out}" in changed.stderr
+    own = tune([*args, "--reuse-runs", str(out)], tmp_path)
+    assert own.returncode == 2 and "it is this tuning's own --dir" in own.stderr, own.stderr
+    # a second tuning seed in a new directory: the first seed's trials and the finals are copied, not rerun
+    wider = tune([*args[:-1], str(tmp_path / "wider"), "--tune-seeds", "100,101", "--reuse-runs", str(out)], tmp_path)
+    assert wider.returncode == 0, wider.stdout + wider.stderr
+    copied = json.loads((tmp_path / "wider" / "selection.json").read_text())["copied_runs"]
+    assert {"trials/fedavg/t00_seed100", "trials/mifa/t01_seed100"} <= set(copied)
+    assert not any("seed101" in name for name in copied)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -425,6 +471,8 @@ def test_fedbench_tune_end_to_end_then_resumes_without_rerunning(tmp_path):
     (["--algos", "fedavg", "--space", "algo.mu=0.1,1"], "no option 'algo.mu'"),
     (["--algos", "fedavg", "--select", "median"], "Invalid --select"),
     (["--algos", "fedavg", "client.lrr=0.1"], "Unknown key 'lrr'"),
+    (["--algos", "fedavg", "--reuse-runs", "nowhere"], "Invalid --reuse-runs nowhere: not a tuning directory (no "
+                                                       "tune.json; no such folder)"),
 ])
 def test_bad_tune_commands_stop_before_any_job_with_a_clear_error(tmp_path, args, message):
     proc = tune(["experiment=smoke", *args, "--dir", str(tmp_path / "t")], tmp_path)

@@ -317,13 +317,18 @@ def job_steps(cfg: DictConfig, hydra_cfg: DictConfig, signals: Any = None):
     from fedbench.lock import RunLocked, describe
     from fedbench.logging import RunLogger
     from fedbench.logging.run_logger import plain_config
-    from fedbench.runs import Interrupted, StopSignals, claim, resume_flag
+    from fedbench.runs import Interrupted, StopSignals, claim, mark_stopping, resume_flag, sweep_stopping
     from fedbench.storage import Reserve, StorageFault
 
     from fedbench.config.presets import apply_presets, user_keys
 
     logging.raiseExceptions = False  # a log file on a full disk must not print tracebacks (Hydra logs to the job dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    sweep_dir = Path(to_absolute_path(hydra_cfg.sweep.dir)) if multirun else None
+    if sweep_dir is not None and sweep_stopping(sweep_dir):  # a worker's next job after a stop signal
+        print(f"fedbench: not starting {hydra_cfg.runtime.output_dir}: its sweep is stopping (a signal stopped "
+              "another of its jobs); the rerun that continues the sweep runs it", flush=True)
+        return None
     cfg = apply_presets(cfg, user_keys(list(hydra_cfg.overrides.task)))
     fresh_dir = run_dir = Path(hydra_cfg.runtime.output_dir)
     root = Path(to_absolute_path(cfg.data.root))
@@ -398,6 +403,8 @@ def job_steps(cfg: DictConfig, hydra_cfg: DictConfig, signals: Any = None):
                                traceback.format_exc())
         _report(f"job failed: {reason.rstrip('.')}.{tail}", multirun, run_dir, 1)
     finally:
+        if sweep_dir is not None and signals.signum is not None:
+            mark_stopping(sweep_dir)
         if own_signals:
             signals.__exit__()
         if sim is not None:

@@ -4,6 +4,8 @@ run's status as its files and its lock tell it, config identity, and stopping on
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import signal
 import threading
 from pathlib import Path
@@ -230,7 +232,9 @@ class StopSignals:
     The main process of a multirun holds one too (``fedbench.cli.main``): there a signal lets the launcher wait for
     the jobs it runs in worker processes (joblib's get the signal from their process group, finish their round and
     write their checkpoint), ``stopped()`` then tells the sweep not to launch more, and a job that starts in this
-    process after the signal (the basic launcher's next job) inherits it: it stops after its first round."""
+    process after the signal (the basic launcher's next job) inherits it: it stops after its first round. A job
+    that received the signal marks its sweep stopping (``mark_stopping``), so the jobs its launcher still hands
+    out (a joblib worker's next queued job) do not start at all."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -287,3 +291,35 @@ class StopSignals:
 
 #: the ``StopSignals`` installed in this process, outermost first
 _INSTALLED: List[StopSignals] = []
+
+#: a stopped sweep's marker in its sweep directory: the process id of the sweep's main process
+STOPPING = ".stopping"
+
+
+def _sweep_id() -> str:
+    """The process id of this job's sweep: the main process's (this one, or the parent of a launcher's worker)."""
+    parent = multiprocessing.parent_process()
+    return str(os.getpid() if parent is None else parent.pid)
+
+
+def mark_stopping(sweep_dir: Path) -> None:
+    """A job of this sweep received a stop signal: its sweep's later jobs must not start. joblib's workers take
+    the sweep's queued jobs as theirs return (stopped, with a checkpoint), and a worker's next job would not know of
+    the signal, which only the running jobs' process group received."""
+    try:
+        (Path(sweep_dir) / STOPPING).write_text(_sweep_id())
+    except OSError:
+        pass  # an unwritable sweep directory: the next jobs start, and a second signal stops them
+
+
+def sweep_stopping(sweep_dir: Path) -> bool:
+    """Whether a job of this sweep (the same main process) was stopped by a signal; a marker left by an earlier
+    sweep of the directory is removed."""
+    path = Path(sweep_dir) / STOPPING
+    try:
+        if path.read_text() == _sweep_id():
+            return True
+        path.unlink()
+    except OSError:
+        pass
+    return False

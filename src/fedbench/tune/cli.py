@@ -5,13 +5,16 @@
         [--space client.lr=0.1,0.01] [--val-fraction 0.1] [--dir DIR] [any Hydra override: hydra/launcher=joblib]
     fedbench-tune experiment=fedsrc_synthetic_small --compare participation/selection=uniform,md,fedsrc_d_oracle
     fedbench-tune <the same overrides> rounds=20000 --algos <the same> --from <its selection.json> --seeds 0,1,2
+    fedbench-tune <the same> --tune-seeds 100,101,102 --dir NEW --reuse-runs <the directory tuned on 100,101>
 
 The methods compared are algorithms (``--algos``) or the values of any other option (``--compare KEY=V1,V2``).
 Everything is checked before the first job starts (the overrides for every method, every value of every searched
 key, the seeds); then the plan runs as one Hydra multirun through ``hydra/sweeper=tune`` (``fedbench.tune.protocol``).
 ``--from`` runs an earlier tuning's choices on the final seeds under new overrides (a longer budget): no trials,
 the earlier record carried into ``selection.json``. Rerun the same command with ``--dir <the tuning directory>``
-to continue it: finished trials and finals are skipped.
+to continue it: finished trials and finals are skipped. ``--reuse-runs <an earlier tuning directory>`` copies the
+runs it finished of this command's jobs (the same overrides) instead of running them: a tuning extended by a tuning
+seed or a method costs only its new jobs.
 """
 
 from __future__ import annotations
@@ -90,6 +93,9 @@ def parser() -> argparse.ArgumentParser:
                         "this command's overrides (e.g. a longer budget); its trials, seeds and rule are kept")
     p.add_argument("--dir", type=Path, help="the tuning directory (default outputs/tune/<date>/<time>); an "
                                             "existing one is continued")
+    p.add_argument("--reuse-runs", action="append", type=Path, metavar="DIR",
+                   help="an earlier tuning directory: its finished runs of this command's jobs (the same overrides) "
+                        "are copied in, not rerun (repeatable; the first named wins)")
     p.add_argument("--config-dir", "-cd", action="append", default=[], metavar="DIR",
                    help="a folder of your own presets, searched after the package's")
     return p
@@ -229,7 +235,17 @@ def make_plan(args: argparse.Namespace, key: str, values: List[str], task: List[
         spaces[method] = [d.to_json() for d in dims]
     return Plan(overrides=task, key=key, methods=values, trials=args.trials, sampler=args.sampler, select=str(rule),
                 tune_seeds=args.tune_seeds, seeds=args.seeds, val_fraction=args.val_fraction, batch=args.batch,
-                spaces=spaces, reused=reused)
+                spaces=spaces, reused=reused, reuse_runs=_reuse_runs(args.reuse_runs or []))
+
+
+def _reuse_runs(paths: Sequence[Path]) -> List[str]:
+    """The ``--reuse-runs`` directories, resolved: each must be a tuning directory (it holds tune.json)."""
+    for path in paths:
+        if not (Path(path) / "tune.json").is_file():
+            raise FedbenchError(f"Invalid --reuse-runs {path}: not a tuning directory (no tune.json"
+                                + ("" if Path(path).is_dir() else "; no such folder") + "). Fix: pass the --dir of an "
+                                "earlier fedbench-tune, or leave out --reuse-runs.")
+    return [str(Path(p).resolve()) for p in paths]
 
 
 def _directory(args: argparse.Namespace, plan: Plan) -> Tuple[Path, RunLock]:
@@ -240,6 +256,9 @@ def _directory(args: argparse.Namespace, plan: Plan) -> Tuple[Path, RunLock]:
     if not path.is_file() and root.exists() and any(p.name != LOCK_NAME for p in root.iterdir()):
         raise FedbenchError(f"{root} is not empty and holds no tune.json. Fix: pass --dir a new folder or a "
                             "tuning directory.")
+    if str(root) in plan.reuse_runs:
+        raise FedbenchError(f"Invalid --reuse-runs {root}: it is this tuning's own --dir, whose finished runs are "
+                            "skipped anyway. Fix: name an earlier tuning directory.")
     lock = RunLock(root).acquire()
     try:
         _plan_directory(root, path, plan)
@@ -259,7 +278,8 @@ def _plan_directory(root: Path, path: Path, plan: Plan) -> None:
             raise FedbenchError(f"{root} was started with another plan ({'; '.join(diff)}). Fix: rerun with the "
                                 "arguments it was started with (only --seeds may change, and methods may be added "
                                 "to --algos/--compare: neither changes another method's trials or choice), or "
-                                "leave out --dir to start a new tuning.")
+                                f"start a new tuning with another --dir and --reuse-runs {root}: its finished runs "
+                                "of the new plan's jobs are copied, not rerun.")
         news = ([f"final seeds now {','.join(map(str, plan.seeds))}"] if old.seeds != plan.seeds else []) + (
             [f"methods added: {', '.join(added)}"] if added else [])
         if differences:
@@ -273,9 +293,10 @@ def _plan_directory(root: Path, path: Path, plan: Plan) -> None:
 
 def _may_change(difference: str, old: Plan, new: Plan) -> bool:
     """Whether a rerun may continue a directory despite this difference of plans: the final seeds (they do not
-    enter the selection), or methods added to the old ones, with their spaces (a method's trials and choice depend
-    only on its own name and space and the shared settings, so the old methods' results stand)."""
-    if difference.startswith("seeds:"):
+    enter the selection), the ``--reuse-runs`` directories (a copy is a run of the same job), or methods added to
+    the old ones, with their spaces (a method's trials and choice depend only on its own name and space and the
+    shared settings, so the old methods' results stand)."""
+    if difference.startswith(("seeds:", "reuse_runs")):
         return True
     if not set(old.methods) <= set(new.methods):
         return False

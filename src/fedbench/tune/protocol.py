@@ -17,6 +17,10 @@ directory::
 With ``--from <an earlier selection.json>`` phase 1 is skipped: the finals run that tuning's choices under this
 command's overrides (a longer budget, say), and ``selection.json`` is its record with both sets of overrides.
 
+With ``--reuse-runs <an earlier tuning directory>`` a job that directory finished under the same overrides (the
+same job: another tuning seed added, a method added, the same finals) is copied in instead of run, and
+``copied.json`` (in ``selection.json`` as ``copied_runs``) names where each copy came from.
+
 Rerunning the command on the same directory skips every finished job (completed or diverged), resumes interrupted
 ones from their checkpoints and restarts failed ones.
 """
@@ -62,6 +66,8 @@ class Plan:
     #: ``--from``: the earlier selection.json whose choices the finals run ({"file", "overrides", "methods", ...});
     #: phase 1 is then skipped
     reused: Optional[dict] = None
+    #: ``--reuse-runs``: earlier tuning directories whose finished runs of this plan's jobs are copied, not rerun
+    reuse_runs: List[str] = field(default_factory=list)
 
     def save(self, path: Path) -> None:
         write_text(path, json.dumps(asdict(self), indent=2) + "\n")
@@ -69,7 +75,7 @@ class Plan:
     @classmethod
     def load(cls, path: Path) -> "Plan":
         try:
-            data = {"reused": None, **json.loads(Path(path).read_text())}  # plans written before --from
+            data = {"reused": None, "reuse_runs": [], **json.loads(Path(path).read_text())}  # older plans
             return cls(**{f.name: data[f.name] for f in fields(cls)})
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise FedbenchError(f"Cannot read the tuning plan {path} ({exc}). Fix: start a new tuning directory "
@@ -135,6 +141,7 @@ class Tuning:
         self.plan, self.root, self._launch, self.echo = plan, Path(root), launch, echo
         self.rule = Rule.parse(plan.select)
         self.failed: List[str] = []
+        self._sources: Optional[Dict[tuple, Path]] = None  # --reuse-runs: finished runs by the overrides they ran
 
     # -- jobs ---------------------------------------------------------------------------------------------------
     def _job(self, name: str, method: str, params: Dict[str, Any], seed: int) -> Job:
@@ -149,6 +156,7 @@ class Tuning:
     def launch(self, jobs: List[Job]) -> None:
         """Launch the jobs not finished yet: interrupted ones resume from their checkpoint, failed ones restart."""
         pending = []
+        self._copy_finished(jobs)
         for job in jobs:
             run_dir = self.root / job.name
             if read_status(run_dir) in FINISHED:
@@ -171,6 +179,60 @@ class Tuning:
                 self.echo(f"fedbench-tune: job {job.name} {status or 'wrote no summary'}"
                           + (f": {reason}" if reason else ""))
 
+    def _copy_finished(self, jobs: List[Job]) -> None:
+        """``--reuse-runs``: copy in each job that has no run here and that an earlier tuning directory finished
+        under the same overrides (the same job, so the same numbers on the same kind of machine). A copy goes
+        through ``.copying/`` and is renamed into place, so an interrupted one leaves no half run; ``copied.json``
+        records its source."""
+        if not self.plan.reuse_runs:
+            return
+        staging = self.root / ".copying"
+        shutil.rmtree(staging, ignore_errors=True)
+        copied: Dict[str, str] = {}
+        for job in jobs:
+            run_dir = self.root / job.name
+            source = self._reusable().get(tuple(job.overrides))
+            if source is None or run_dir.exists():
+                continue
+            shutil.copytree(source, staging / job.name)
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            (staging / job.name).rename(run_dir)
+            copied[job.name] = str(source)
+        shutil.rmtree(staging, ignore_errors=True)
+        if copied:
+            record = {**self.copied_runs(), **copied}
+            write_text(self.root / "copied.json", json.dumps(record, indent=2) + "\n")
+            self.echo(f"fedbench-tune: copied {len(copied)} finished run(s) of the same jobs from "
+                      f"{', '.join(self.plan.reuse_runs)} (copied.json names each source)")
+
+    def _copies(self) -> Dict[str, Any]:
+        """selection.json's ``copied_runs`` entry (with its note), or nothing when no run was copied."""
+        copies = self.copied_runs()
+        return {"copied_runs": copies, "copied_note": "these jobs were not run here: each is a copy of a run that "
+                "finished under the same overrides in an earlier tuning directory (--reuse-runs)"} if copies else {}
+
+    def copied_runs(self) -> Dict[str, str]:
+        """Job name -> the run it was copied from (``--reuse-runs``), for every copy made in this directory."""
+        path = self.root / "copied.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def _reusable(self) -> Dict[tuple, Path]:
+        """The finished runs (trials and finals) of the ``--reuse-runs`` directories, by the overrides they ran;
+        the first directory named wins a job both hold."""
+        if self._sources is None:
+            self._sources = {}
+            for source in map(Path, self.plan.reuse_runs):
+                for record in sorted([*source.glob("trials/*/*/.hydra/overrides.yaml"),
+                                      *source.glob("final/*/.hydra/overrides.yaml")]):
+                    run_dir = record.parents[1]
+                    if read_status(run_dir) not in FINISHED:
+                        continue
+                    try:
+                        self._sources.setdefault(tuple(_ran(record)), run_dir)
+                    except (OSError, yaml.YAMLError):  # an unreadable record: that run is not reused
+                        continue
+        return self._sources
+
     def _check_ran(self, job: Job, run_dir: Path) -> None:
         """A finished run stands for its job only if it ran the job's overrides (Hydra's record of them,
         ``.hydra/overrides.yaml``, less the ``resume=`` of a continued run): one left by another plan, or copied
@@ -179,7 +241,7 @@ class Tuning:
         if not path.is_file():  # a launcher that keeps no Hydra record: nothing to compare
             return
         try:
-            ran = [o for o in yaml.safe_load(path.read_text()) or [] if not str(o).startswith("resume=")]
+            ran = _ran(path)
         except (OSError, yaml.YAMLError) as exc:
             raise FedbenchError(f"Cannot read {path} ({exc}). Fix: move {run_dir} out of the tuning directory "
                                 "(its job then runs again).") from None
@@ -303,7 +365,7 @@ class Tuning:
         selection = {"select": str(self.rule), "selects": self.rule.describe(), "sampler": self.plan.sampler,
                      "budget": self.plan.trials, "tune_seeds": self.plan.tune_seeds, "seeds": self.plan.seeds,
                      "val_fraction": self.plan.val_fraction, "overrides": self.plan.overrides,
-                     "compared": self.plan.key, **extra,
+                     "compared": self.plan.key, **extra, **self._copies(),
                      "note": "selection reads only the validation columns (round, val_acc, val_loss) of the "
                              "tuning runs' metrics.csv; the test set is never used",
                      "methods": record}
@@ -339,7 +401,7 @@ class Tuning:
         ``finals_diverged``: those seeds) and said with the remedy: more tuning seeds, on any of which a diverged
         run makes its configuration score worst."""
         path = self.root / "selection.json"
-        selection = json.loads(path.read_text())
+        selection = {**json.loads(path.read_text()), **self._copies()}
         for method, pick in chosen.items():
             entry = selection["methods"][method]
             entry.pop("finals_diverged", None)
@@ -352,8 +414,9 @@ class Tuning:
                           f"on final seed(s) {', '.join(map(str, seeds))} of {n}: it trained on the tuning seed(s) "
                           f"at the edge of stability, and its comparisons rest on the {n - len(seeds)} seed(s) that "
                           "completed. For a choice that trains on every seed, tune on more seeds (e.g. --tune-seeds "
-                          f"{','.join(map(str, self._more_tune_seeds()))}: a configuration that diverges on any of "
-                          "them scores worst)")
+                          f"{','.join(map(str, self._more_tune_seeds()))} with another --dir and --reuse-runs "
+                          f"{self.root}, which copies the runs of the same jobs: a configuration that diverges on "
+                          "any of the seeds scores worst)")
         write_text(path, json.dumps(selection, indent=2) + "\n")
 
     def _more_tune_seeds(self) -> List[int]:
@@ -388,6 +451,11 @@ class Tuning:
         self.echo(f"fedbench-tune: results in {self.root} (selection.json"
                   + (f", {out / 'index.html'}" if out else "") + ")")
         return self.failed
+
+
+def _ran(path: Path) -> List[str]:
+    """The overrides a run ran: its ``.hydra/overrides.yaml``, less a continued run's ``resume=``."""
+    return [str(o) for o in yaml.safe_load(path.read_text()) or [] if not str(o).startswith("resume=")]
 
 
 def _final(method: str, seed: int) -> str:
