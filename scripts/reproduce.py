@@ -100,8 +100,8 @@ class Section:
         tuning = (["--from", str(self.selection(scale, out))] if self.after else
                   ["--trials", str(trials), *[arg for item in self.space for arg in ("--space", item)],
                    "--tune-seeds", self.tune_seeds])
-        reuse = [arg for name in self.reuse if (self.directory(scale, out, name) / "tune.json").is_file()
-                 for arg in ("--reuse-runs", str(self.directory(scale, out, name)))]
+        reuse = [arg for source in (self.directory(scale, out, name) for name in self.reuse)
+                 if (source / "tune.json").is_file() for arg in ("--reuse-runs", str(source))]
         return ([sys.executable, "-m", "fedbench.tune.cli", *last_wins(overrides), *which, *tuning, "--seeds", seeds,
                  "--dir", str(directory), *reuse, *launcher, *extra], directory)
 
@@ -127,13 +127,20 @@ def ablated_key(override: str) -> str:
     return f"algo.{'.'.join(parts[2:])}" if parts[0] == "algo_settings" and len(parts) > 2 else key
 
 
+def earlier(sections: List[Section], i: int, option: str, name: str) -> Section:
+    """The section ``name`` that option ``option`` of ``sections[i]`` names, which must come before it."""
+    found = next((s for s in sections[:i] if s.name == name), None)
+    if found is None:
+        raise ValueError(f"section {sections[i].name}: {option}='{name}' is not an earlier section of "
+                         f"{sections[i].paper}. Allowed: {', '.join(s.name for s in sections[:i])}.")
+    return found
+
+
 def check_reuse(sections: List[Section]) -> None:
     """Every ``reuse`` names an earlier section of the same paper."""
     for i, section in enumerate(sections):
         for name in section.reuse:
-            if name not in [s.name for s in sections[:i]]:
-                raise ValueError(f"section {section.name}: reuse='{name}' is not an earlier section of "
-                                 f"{section.paper}. Allowed: {', '.join(s.name for s in sections[:i])}.")
+            earlier(sections, i, "reuse", name)
 
 
 def check_joint(sections: List[Section]) -> None:
@@ -144,10 +151,7 @@ def check_joint(sections: List[Section]) -> None:
     for i, section in enumerate(sections):
         if not section.joint:
             continue
-        partner = next((s for s in sections[:i] if s.name == section.joint), None)
-        if partner is None:
-            raise ValueError(f"section {section.name}: joint='{section.joint}' is not an earlier section of "
-                             f"{section.paper}. Allowed: {', '.join(s.name for s in sections[:i])}.")
+        partner = earlier(sections, i, "joint", section.joint)
         differ = [k for k in alike if getattr(section, k) != getattr(partner, k)]
         carried = next((s for s in sections if s.name == section.after), None)
         if "after" in differ and carried is not None and carried.joint == partner.after:
