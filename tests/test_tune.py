@@ -230,7 +230,8 @@ def test_reuse_runs_copies_the_finished_runs_of_the_same_jobs_and_runs_only_the_
     copied = json.loads((two / "copied.json").read_text())
     assert sorted(copied) == ["final/fedavg_seed0", "final/fedavg_seed1", "final/mifa_seed0", "final/mifa_seed1",
                               "trials/fedavg/t00_seed100", "trials/mifa/t00_seed100", "trials/mifa/t01_seed100"]
-    assert all(copied[name] == str(one / name) for name in copied)
+    assert all((two / copied[name]).resolve() == (one / name).resolve() for name in copied)
+    assert not any(os.path.isabs(source) for source in copied.values())  # a record names no machine's paths
     assert (two / "final" / "mifa_seed1" / "metrics.csv").read_text() == (
         one / "final" / "mifa_seed1" / "metrics.csv").read_text()
     assert json.loads((two / "selection.json").read_text())["copied_runs"] == copied

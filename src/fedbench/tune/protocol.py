@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -183,7 +184,7 @@ class Tuning:
         """``--reuse-runs``: copy in each job that has no run here and that an earlier tuning directory finished
         under the same overrides (the same job, so the same numbers on the same kind of machine). A copy goes
         through ``.copying/`` and is renamed into place, so an interrupted one leaves no half run; ``copied.json``
-        records its source."""
+        records its source, relative to this directory (a committed record names no machine's paths)."""
         if not self.plan.reuse_runs:
             return
         staging = self.root / ".copying"
@@ -197,7 +198,7 @@ class Tuning:
             shutil.copytree(source, staging / job.name)
             run_dir.parent.mkdir(parents=True, exist_ok=True)
             (staging / job.name).rename(run_dir)
-            copied[job.name] = str(source)
+            copied[job.name] = os.path.relpath(source, self.root)
         shutil.rmtree(staging, ignore_errors=True)
         if copied:
             record = {**self.copied_runs(), **copied}
