@@ -180,6 +180,10 @@ MIMIC_STATIC = ["participation=bernoulli", "participation.availability.prob=0.1"
 #: MimiC's round robin (§7.1, Fig. 4) at the preset's tau_max = 20, 10 and 5: section-name suffix, overrides
 MIMIC_ROUND_ROBIN = [("", []), *((f"_tau{tau}", [f"participation.availability.tau_max={tau}"]) for tau in (10, 5))]
 LENET_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=20"]
+FEDSRC_SYNTHETIC = ["uniform", "md", "fedsrc_g_oracle", "fedsrc_d_oracle", "power_of_choice"]
+FEDSRC_FMNIST = ["uniform", "fedsrc_d", "fedsrc_g", "fedsrc_d_oracle", "fedsrc_g_oracle", "md", "cluster",
+                 "power_of_choice"]
+FEDSRC_FMNIST_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=30"]
 FEDAMD = ["fedamd", "fedavg", "scaffold", "fedpage", "bvr_l_sgd"]
 FEDAMD_TINY = [*LENET_TINY, "participation.selection.clients_per_round=4"]
 #: every other eta_l of FedAMD's grid and its extreme eta_s: 6 of its 18 points, the same for every method
@@ -229,13 +233,21 @@ PAPERS: Dict[str, List[Section]] = {
           for suffix, overrides in MIMIC_ROUND_ROBIN),
     ],
     "fedsrc": [
-        Section("synthetic", "fedsrc_synthetic_small", "participation/selection",
-                ["uniform", "md", "fedsrc_g_oracle", "fedsrc_d_oracle", "power_of_choice"], trials=7,
+        Section("synthetic", "fedsrc_synthetic_small", "participation/selection", FEDSRC_SYNTHETIC, trials=7,
                 seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, tiny=["rounds=3", "eval_every=1"]),
-        Section("fmnist", "fedsrc_fmnist_small", "participation/selection",
-                ["uniform", "fedsrc_d", "fedsrc_g", "fedsrc_d_oracle", "fedsrc_g_oracle", "md", "cluster",
-                 "power_of_choice"], trials=4, seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, launcher="packed",
-                tiny=["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=30"]),
+        # the same on two tuning seeds: uniform's one-seed choice (0.003, the others 0.01) rests on one instance
+        Section("synthetic_2seeds", "fedsrc_synthetic_small", "participation/selection", FEDSRC_SYNTHETIC, trials=7,
+                seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, tune_seeds="100,101", reuse=["synthetic"],
+                tiny=["rounds=3", "eval_every=1"]),
+        Section("fmnist", "fedsrc_fmnist_small", "participation/selection", FEDSRC_FMNIST, trials=4,
+                seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, launcher="packed", tiny=FEDSRC_FMNIST_TINY),
+        # every sampler on the whole 7-point grid (fmnist draws 4 of the 7 per sampler, so the points differ), then
+        # on two tuning seeds (the one-seed trials copied)
+        *(Section(name, "fedsrc_fmnist_small", "participation/selection", FEDSRC_FMNIST, trials=7,
+                  seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, launcher="packed", tune_seeds=tune_seeds,
+                  reuse=reuse, tiny=FEDSRC_FMNIST_TINY)
+          for name, tune_seeds, reuse in (("fmnist_fullgrid", "100", []),
+                                          ("fmnist_fullgrid_2seeds", "100,101", ["fmnist_fullgrid"]))),
     ],
     "fedamd": [
         Section("a20", "fedamd_fmnist_small", "algo", FEDAMD, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
