@@ -261,6 +261,11 @@ PAPERS: Dict[str, List[Section]] = {
         # the whole grid on two tuning seeds: a20_fullgrid's one-seed choice for FedAMD collapsed on 2 of 3 finals
         Section("a20_fullgrid_2seeds", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=18,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, tune_seeds="100,101", tiny=FEDAMD_TINY),
+        # the three other baselines alike, joint with it: a20_fullgrid_baselines's one-seed choices for SCAFFOLD and
+        # BVR-L-SGD diverged on a final seed each (its seed-100 trials are copied)
+        Section("a20_fullgrid_2seeds_baselines", "fedamd_fmnist_small", "algo", FEDAMD[2:], trials=18,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, tune_seeds="100,101", tiny=FEDAMD_TINY,
+                joint="a20_fullgrid_2seeds", reuse=["a20_fullgrid_baselines"]),
         # the paper's larger cohorts on a20's sub-grid (p follows A through Cor. 4.9: 0.93 at A = 40, 0.96 at 100)
         *(Section(f"a{a}", "fedamd_fmnist_small", "algo", FEDAMD, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
                   overrides=[f"participation.selection.clients_per_round={a}"],
