@@ -233,12 +233,11 @@ PAPERS: Dict[str, List[Section]] = {
           for suffix, overrides in MIMIC_ROUND_ROBIN),
     ],
     "fedsrc": [
-        Section("synthetic", "fedsrc_synthetic_small", "participation/selection", FEDSRC_SYNTHETIC, trials=7,
-                seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, tiny=["rounds=3", "eval_every=1"]),
-        # the same on two tuning seeds: uniform's one-seed choice (0.003, the others 0.01) rests on one instance
-        Section("synthetic_2seeds", "fedsrc_synthetic_small", "participation/selection", FEDSRC_SYNTHETIC, trials=7,
-                seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, tune_seeds="100,101", reuse=["synthetic"],
-                tiny=["rounds=3", "eval_every=1"]),
+        # then on two tuning seeds: uniform's one-seed choice (0.003, the others 0.01) rests on one instance
+        *(Section(name, "fedsrc_synthetic_small", "participation/selection", FEDSRC_SYNTHETIC, trials=7,
+                  seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, tune_seeds=tune_seeds, reuse=reuse,
+                  tiny=["rounds=3", "eval_every=1"])
+          for name, tune_seeds, reuse in (("synthetic", "100", []), ("synthetic_2seeds", "100,101", ["synthetic"]))),
         Section("fmnist", "fedsrc_fmnist_small", "participation/selection", FEDSRC_FMNIST, trials=4,
                 seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, launcher="packed", tiny=FEDSRC_FMNIST_TINY),
         # every sampler on the whole 7-point grid (fmnist draws 4 of the 7 per sampler, so the points differ), then
