@@ -3,7 +3,8 @@
 Every result section (a section that links a selection record under ``docs/tuned/``) rests on at least 3 final
 seeds, disjoint from the tuning seeds, with the same trial budget for every method and a choice for each; it is the
 output of the ``make reproduce`` section it shows, at the scale it names (``small`` unless ``SCALE=`` says otherwise),
-with the same preset, overrides, methods, trials and seeds as scripts/reproduce.py declares; and it states the
+with the same preset, overrides, methods, trials and seeds as scripts/reproduce.py declares (a copied run names the
+same job of a section it reuses, by a path relative to its own directory); and it states the
 hardware, its wall times, the trial count, each method's chosen values and paired verdicts with their CIs. The
 summary table and the README link every result section by its heading's anchor.
 """
@@ -110,6 +111,9 @@ def test_each_result_section_is_the_output_of_the_command_it_shows(heading, body
         assert without_dir(shlex.split(shown.group(1))) == without_dir(report[3:]), heading
     assert selection["budget"] == section.trials
     assert ",".join(map(str, selection["seeds"])) == section.seeds[scale]
+    # a copy (--reuse-runs) names its source as the same job of a section this one reuses, relative to its directory
+    for job, source in selection.get("copied_runs", {}).items():
+        assert source in {f"../{name}/{job}" for name in section.reuse}, (heading, job, source)
     if not section.after:  # a carried selection keeps the tuning seeds of the section it came from
         assert ",".join(map(str, selection["tune_seeds"])) == section.tune_seeds, heading
     for item in section.space:
