@@ -4,9 +4,9 @@ Every result section (a section that links a selection record under ``docs/tuned
 seeds, disjoint from the tuning seeds, with the same trial budget for every method and a choice for each; it is the
 output of the ``make reproduce`` section it shows, at the scale it names (``small`` unless ``SCALE=`` says otherwise),
 with the same preset, overrides, methods, trials and seeds as scripts/reproduce.py declares (a copied run names the
-same job of a section it reuses, by a path relative to its own directory); and it states the
-hardware, its wall times, the trial count, each method's chosen values and paired verdicts with their CIs. The
-summary table and the README link every result section by its heading's anchor.
+same job of a section it reuses, by a path relative to its own directory); and it states the hardware, its wall
+times, the trial count, each method's chosen values and paired verdicts with their CIs. The summary table and the
+README link every result section by its heading's anchor.
 """
 
 import json
