@@ -181,6 +181,7 @@ MIMIC_STATIC = ["participation=bernoulli", "participation.availability.prob=0.1"
 MIMIC_ROUND_ROBIN = [("", []), *((f"_tau{tau}", [f"participation.availability.tau_max={tau}"]) for tau in (10, 5))]
 LENET_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=20"]
 FEDSRC_SYNTHETIC = ["uniform", "md", "fedsrc_g_oracle", "fedsrc_d_oracle", "power_of_choice"]
+FEDSRC_SYNTHETIC_TINY = ["rounds=3", "eval_every=1"]
 FEDSRC_PRACTICAL = ["fedsrc_d", "fedsrc_g"]
 FEDSRC_FMNIST = ["uniform", *FEDSRC_PRACTICAL, "fedsrc_d_oracle", "fedsrc_g_oracle", "md", "cluster",
                  "power_of_choice"]
@@ -237,13 +238,13 @@ PAPERS: Dict[str, List[Section]] = {
         # then on two tuning seeds: uniform's one-seed choice (0.003, the others 0.01) rests on one instance
         *(Section(name, "fedsrc_synthetic_small", "participation/selection", FEDSRC_SYNTHETIC, trials=7,
                   seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, tune_seeds=tune_seeds, reuse=reuse,
-                  tiny=["rounds=3", "eval_every=1"])
+                  tiny=FEDSRC_SYNTHETIC_TINY)
           for name, tune_seeds, reuse in (("synthetic", "100", []), ("synthetic_2seeds", "100,101", ["synthetic"]))),
         # the practical samplers (Sec. 6: stale statistics of the clients last sampled, what a deployment can run)
         # tuned alike; the paper's synthetic figures do not say which mode they used (spec A10)
         Section("synthetic_2seeds_practical", "fedsrc_synthetic_small", "participation/selection", FEDSRC_PRACTICAL,
                 trials=7, seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, tune_seeds="100,101",
-                tiny=["rounds=3", "eval_every=1"], joint="synthetic_2seeds"),
+                tiny=FEDSRC_SYNTHETIC_TINY, joint="synthetic_2seeds"),
         Section("fmnist", "fedsrc_fmnist_small", "participation/selection", FEDSRC_FMNIST, trials=4,
                 seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, launcher="packed", tiny=FEDSRC_FMNIST_TINY),
         # every sampler on the whole 7-point grid (fmnist draws 4 of the 7 per sampler, so the points differ), then
