@@ -171,7 +171,11 @@ def sweep_split(name: str, extra: list) -> dict:
     cli.main()
     total = time.perf_counter() - start
     shutil.rmtree(out, ignore_errors=True)
-    startup = timer.first.get("train", start + total) - start
+    if "train" not in timer.first:  # the jobs trained outside the packs: start-up would be the whole run
+        raise SystemExit(f"{name}: no pack trained, so the run has no training part to split: every job ran on the "
+                         "thin runner (engine.client_runner=auto keeps convolutional models on it on a CPU); add "
+                         "--set engine.client_runner=vmap, or run it on a GPU")
+    startup = timer.first["train"] - start
     train, evaluation = timer.seconds["train"], timer.seconds["evaluation"]
     return {"seconds": total, "startup_s": startup, "train_s": train, "evaluation_s": evaluation,
             "rest_s": total - startup - train - evaluation, "evaluations": timer.calls["evaluation"]}

@@ -31,3 +31,16 @@ def test_sweep_split_times_a_packed_sweep_in_parts():
     assert split["train_s"] > 0 and split["evaluation_s"] > 0 and split["evaluations"] >= 4
     assert split["startup_s"] > 0 and split["rest_s"] >= 0
     assert split["startup_s"] + split["train_s"] + split["evaluation_s"] <= split["seconds"]
+
+
+def test_sweep_split_refuses_a_sweep_whose_jobs_no_pack_trains():
+    """On the thin runner no pack trains: --split says so and how to split it, instead of reporting the whole run as
+    start-up (and a negative rest)."""
+    code = (
+        "import sys; sys.path.insert(0, 'scripts'); import bench\n"
+        "bench.SWEEPS['T'] = [*bench.QUICK['Q-mlp'], 'rounds=2', 'eval_every=2', 'client.lr=0.05', 'seed=0',\n"
+        "                     'engine.client_runner=thin']\n"
+        "bench.sweep_split('T', [])\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode != 0
+    assert "T: no pack trained" in proc.stderr and "engine.client_runner=vmap" in proc.stderr
