@@ -129,6 +129,11 @@ def child_json(cmd: list, what: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def read_summaries(sweep_dir: Path) -> list:
+    """The ``summary.json`` of each job of a sweep directory."""
+    return [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/summary.json"))]
+
+
 def sweep_seconds(name: str, launcher: str, reps: int, extra: list) -> dict:
     """Wall-clock seconds of ``run.py -m`` over the sweep ``name`` under ``launcher`` (median of ``reps``, each in
     a fresh sweep directory), and the per-job client runner and pack size from the summaries."""
@@ -142,7 +147,7 @@ def sweep_seconds(name: str, launcher: str, reps: int, extra: list) -> dict:
         times.append(time.perf_counter() - start)
         if proc.returncode != 0:
             raise SystemExit(f"{name} {launcher} failed:\n{proc.stderr[-2000:]}")
-        summaries = [json.loads(p.read_text()) for p in sorted(out.glob("*/summary.json"))]
+        summaries = read_summaries(out)
         shutil.rmtree(out, ignore_errors=True)
     return {"seconds": statistics.median(times), "times": times, "jobs": len(summaries),
             "client_runner": sorted({s["client_runner"] for s in summaries}),
@@ -170,11 +175,12 @@ def sweep_split(name: str, extra: list) -> dict:
     start = time.perf_counter()
     cli.main()
     total = time.perf_counter() - start
+    runners = sorted({s["client_runner"] for s in read_summaries(out)})
     shutil.rmtree(out, ignore_errors=True)
     if "train" not in timer.first:  # the jobs trained outside the packs: start-up would be the whole run
-        raise SystemExit(f"{name}: no pack trained, so the run has no training part to split: every job ran on the "
-                         "thin runner (engine.client_runner=auto keeps convolutional models on it on a CPU); add "
-                         "--set engine.client_runner=vmap, or run it on a GPU")
+        raise SystemExit(f"{name}: no pack trained, so the run has no training part to split: its jobs ran on the "
+                         f"{', '.join(runners)} runner (engine.client_runner=auto keeps convolutional models on the "
+                         "thin one on a CPU); add --set engine.client_runner=vmap, or run it on a GPU")
     startup = timer.first["train"] - start
     train, evaluation = timer.seconds["train"], timer.seconds["evaluation"]
     return {"seconds": total, "startup_s": startup, "train_s": train, "evaluation_s": evaluation,
