@@ -1,6 +1,7 @@
 """The vmap cohort runner gives the sequential runner's parameters, costs and losses (1e-5 on CPU), for every
 algorithm it runs and for ragged rounds (stragglers, clipped batches); the others are refused at start."""
 
+import numpy
 import pytest
 import torch
 
@@ -33,13 +34,16 @@ SUPPORTED = [
     ("model=mlp_784_200_100_10_bn", "dataset=synthetic", "dataset.dim=784", "participation=straggler",
      "client.batch_size=200"),  # BN statistics over real samples only
     ("model=cnn_fmnist", "rounds=2"),  # convolutions: the CPU's NHWC hook leaves vmapped inputs alone
+    ("client.grad_noise=0.5",),  # injected noise: each client's draws from its own stream, step by step
+    ("client.grad_noise=0.5", "participation=straggler", "algo=scaffold"),  # ragged steps: streams stop with them
+    ("client.grad_noise=0.5", "participation/selection=md", "participation.selection.replacement=true"),
 ]
 
 
 def _pair(tmp_path, *overrides):
     base = [o for o in TINY if not (o.startswith("participation.") and any(x.startswith("participation=")
                                                                            for x in overrides))]
-    seq = trained_sim(compose(*base, *overrides), tmp_path / "seq")
+    seq = trained_sim(compose(*base, *overrides, "engine.client_runner=thin"), tmp_path / "seq")
     vec = trained_sim(compose(*base, *overrides, "engine.client_runner=vmap"), tmp_path / "vmap")
     return seq, vec
 
@@ -47,7 +51,7 @@ def _pair(tmp_path, *overrides):
 @pytest.mark.parametrize("overrides", SUPPORTED, ids=lambda o: "-".join(x.split("=")[-1] for x in o))
 def test_vmap_equals_the_sequential_runner(tmp_path, overrides):
     seq, vec = _pair(tmp_path, *overrides)
-    assert vec.cohort is not None
+    assert seq.runner_kind == "thin" and vec.runner_kind == "vmap"
     assert torch.allclose(seq.x, vec.x, atol=1e-5, rtol=0), float((seq.x - vec.x).abs().max())
     assert torch.allclose(seq.buffers, vec.buffers, atol=1e-5, rtol=0)
     assert seq.trainer.cost.totals() == vec.trainer.cost.totals()
@@ -58,7 +62,7 @@ def test_vmap_equals_the_sequential_runner(tmp_path, overrides):
 
 @pytest.mark.parametrize("algo", ["fedavg", "fedprox"])
 def test_vmap_round_statistics_match(tmp_path, algo):
-    cfg = compose(*TINY, "participation=straggler", f"algo={algo}")
+    cfg = compose(*TINY, "participation=straggler", f"algo={algo}", "engine.client_runner=thin")
     seq = trained_sim(cfg, tmp_path / "a")
     vec = trained_sim(compose(*TINY, "participation=straggler", f"algo={algo}", "engine.client_runner=vmap"),
                       tmp_path / "b")
@@ -70,7 +74,6 @@ def test_vmap_round_statistics_match(tmp_path, algo):
     (("algo=gradma",), "hooks"),
     (("algo=moon",), "hooks"),
     (("algo=fedamd",), "hooks"),
-    (("client.grad_noise=0.1",), "noise"),
 ])
 def test_unsupported_configurations_are_refused_at_start(tmp_path, overrides, why):
     with pytest.raises(ConfigError, match=f"engine.client_runner.*{why}"):
@@ -113,7 +116,7 @@ def test_layers_the_cohort_runner_cannot_reproduce_are_named(layer, why):
             return [self.body]
 
     module = LocalModule(Net(), lr=0.1)
-    assert why in unsupported(module, noise=False, trainer_augments=False)
+    assert why in unsupported(module, trainer_augments=False)
 
 
 def test_an_algorithm_that_drives_its_runs_must_declare_it():
@@ -134,3 +137,56 @@ def test_an_algorithm_that_drives_its_runs_must_declare_it():
         def step_hook(self, rc, client, x, payload):
             return None
     assert not Declared.batchable
+
+
+def test_work_chunks_sort_by_work_and_bound_the_padding():
+    from fedbench.training.cohort import PAD_WASTE, work_chunks
+
+    assert PAD_WASTE == 2.0
+    # sorted 1, 1, 2, 3 pad to 4 x 3 = 12 <= 2 x 7; with 10 they would pad to 50 > 2 x 17: cut; 10, 40 pad to
+    # 80 <= 2 x 50
+    assert work_chunks([3, 1, 40, 1, 2, 10], cap=8) == [[1, 3, 4, 0], [5, 2]]
+    assert work_chunks([3, 1, 40, 1, 2, 10], cap=2) == [[1, 3], [4, 0], [5, 2]]
+    assert work_chunks([1, 1, 10], cap=8) == [[0, 1], [2]]  # 3 x 10 = 30 > 2 x 12
+    assert work_chunks([5] * 7, cap=3) == [[0, 1, 2], [3, 4, 5], [6]]  # equal work: in order, cap-sized
+    assert work_chunks([], cap=3) == []
+
+
+RAGGED = ("dataset=synthetic", "dataset.num_users=12", "partition=natural", "model=logreg", "client.batch_size=100000",
+          "client.grad_noise=0.5", "participation/selection=fedsrc_g_oracle",
+          "participation.selection.clients_per_round=3", "rounds=3", "eval_every=3")
+
+
+def test_the_oracle_trains_every_client_together_in_chunks_of_similar_size(tmp_path, monkeypatch):
+    """FedSRC-G's oracle on clients of unequal sizes (full-batch steps, injected noise): the vmap runner trains the
+    clients it asks in regrouped chunks and gives the thin runner's probabilities and parameters (1e-5), with the
+    same costs."""
+    from fedbench.training import cohort
+
+    seq = trained_sim(compose(*RAGGED, "engine.client_runner=thin"), tmp_path / "seq")
+    calls, chunks_of = [], cohort.work_chunks
+    monkeypatch.setattr(cohort, "work_chunks", lambda work, cap: calls.append((work, chunks_of(work, cap))) or
+                        calls[-1][1])
+    even = trained_sim(compose(*TINY, "engine.client_runner=vmap"), tmp_path / "even")
+    assert even.runner_kind == "vmap" and calls == []  # equal batches: the cohort_size chunks, in order
+    vec = trained_sim(compose(*RAGGED, "engine.client_runner=vmap", "engine.cohort_size=5"), tmp_path / "vec")
+    sizes = vec.data.sizes
+    assert sizes.max() > 4 * sizes.min()  # the federation is ragged
+    asked = [(work, chunks) for work, chunks in calls if len(work) == 12]
+    assert len(asked) == 3  # once a round, for the 12 clients asked; the rest: rounds' 3 trained clients
+    assert all(len(work) == 3 for work, _ in calls if len(work) != 12)
+    for work, chunks in asked:
+        assert sorted(i for c in chunks for i in c) == list(range(12)) and len(chunks) >= 3
+        assert sorted(work) == sorted(5 * n for n in sizes.tolist())  # K = 5 full-batch steps each
+    assert torch.allclose(seq.x, vec.x, atol=1e-5, rtol=0), float((seq.x - vec.x).abs().max())
+    assert numpy.allclose(seq.participation.selection.p, vec.participation.selection.p, atol=1e-6)
+    assert seq.trainer.cost.totals() == vec.trainer.cost.totals()
+
+
+@pytest.mark.parametrize("selection, picked, why", [("uniform", "thin", "range from"),
+                                                    ("fedsrc_g_oracle", "vmap", "asks every available client")])
+def test_auto_keeps_widely_ragged_batches_thin_on_a_cpu_unless_an_oracle_asks_every_client(tmp_path, selection,
+                                                                                         picked, why):
+    overrides = [o for o in RAGGED if not o.startswith("participation/selection")]
+    sim = trained_sim(compose(*overrides, f"participation/selection={selection}", "rounds=1"), tmp_path)
+    assert sim.runner_kind == picked and why in sim.runner_reason, sim.runner_reason

@@ -64,6 +64,30 @@ def test_a_packed_job_equals_the_job_alone(tmp_path, participation, model):
             torch.testing.assert_close(p.algo.state_dict()[k], v, rtol=0, atol=1e-5)
 
 
+def test_packed_jobs_of_ragged_clients_are_chunked_by_work_and_equal_their_runs_alone(tmp_path, monkeypatch):
+    """FedSRC's synthetic task in small (clients of unequal sizes, full-data batches, injected noise): the pack
+    trains its jobs' clients together in chunks of similar work, and each job equals its run alone."""
+    from fedbench.training import cohort
+
+    base = ("dataset=synthetic", "dataset.num_users=12", "partition=natural", "model=logreg",
+            "client.batch_size=100000", "client.grad_noise=0.5", "participation.selection.clients_per_round=3",
+            "rounds=3", "eval_every=3", "engine.client_runner=vmap")
+    cfgs = [compose(*base, f"participation/selection={sel}", f"seed={seed}")
+            for sel, seed in (("uniform", 0), ("md", 1), ("fedsrc_g_oracle", 0))]
+    alone = [make_sim(cfg, tmp_path / f"alone{i}") for i, cfg in enumerate(cfgs)]
+    for sim in alone:
+        for t in range(3):
+            sim.round(t)
+    sizes, chunks_of = [], cohort.work_chunks
+    monkeypatch.setattr(cohort, "work_chunks", lambda work, cap: sizes.append(len(work)) or chunks_of(work, cap))
+    packed = [make_sim(cfg, tmp_path / f"packed{i}") for i, cfg in enumerate(cfgs)]
+    _pack(packed, 3)
+    assert 9 in sizes  # a pack's round: the three jobs' 3 clients each, regrouped together
+    for a, p in zip(alone, packed):
+        torch.testing.assert_close(p.x, a.x, rtol=0, atol=1e-5)
+        assert p.trainer.cost.totals() == a.trainer.cost.totals()
+
+
 def test_jobs_that_cannot_share_a_cohort_are_not_packed(tmp_path):
     """Another model, another local momentum, or the thin runner: another pack, or the job alone."""
     base = compose(*SMALL, "model=mlp")

@@ -37,8 +37,9 @@ class Oracle:
     def full_gradient(self, i):
         return torch.as_tensor(self.grads[i], dtype=torch.float64)
 
-    def local_update(self, i):
-        return SimpleNamespace(delta=torch.as_tensor(self.deltas[i], dtype=torch.float64), steps=self.local_steps)
+    def local_updates(self, clients):
+        return [SimpleNamespace(delta=torch.as_tensor(self.deltas[i], dtype=torch.float64), steps=self.local_steps)
+                for i in clients]
 
     def noise_variance(self, i):
         return float(self.noise[i])
@@ -319,19 +320,22 @@ def test_update_norm_is_an_alias_of_fedsrc_g():
 
 
 # ---- in the engine -----------------------------------------------------------------------------------------------
-def test_fedsrc_g_oracle_asks_every_client_and_trains_the_same_run(tiny_cfg, tmp_path, monkeypatch):
+@pytest.mark.parametrize("runner", ["engine.client_runner=thin", "engine.client_runner=vmap", "engine.workers=2"])
+def test_fedsrc_g_oracle_asks_every_client_and_trains_the_same_run(tiny_cfg, tmp_path, monkeypatch, request, runner):
     from fedbench.engine.oracle import EngineOracle
 
     sim = make_sim(tiny_cfg("participation=adaptive", "participation.selection.mode=oracle",
-                            "participation.selection.clients_per_round=3"), tmp_path)
+                            "participation.selection.clients_per_round=3", runner), tmp_path)
+    request.addfinalizer(sim.close)
     asked, trained = {}, []
-    local_update = EngineOracle.local_update
+    local_updates = EngineOracle.local_updates
 
-    def record(self, client):
-        asked[client] = u = local_update(self, client)
-        return u
+    def record(self, clients):
+        updates = local_updates(self, clients)
+        asked.update(zip(clients, updates))
+        return updates
 
-    monkeypatch.setattr(EngineOracle, "local_update", record)
+    monkeypatch.setattr(EngineOracle, "local_updates", record)
     accumulate = sim.algo.accumulate
 
     def keep(rc, client, u, w):
@@ -339,8 +343,13 @@ def test_fedsrc_g_oracle_asks_every_client_and_trains_the_same_run(tiny_cfg, tmp
         accumulate(rc, client, u, w)
 
     monkeypatch.setattr(sim.algo, "accumulate", keep)
+    in_process = []  # runs the main process trains one at a time: all of them under the thin runner only
+    train = type(sim.trainer).train
+    monkeypatch.setattr(type(sim.trainer), "train",
+                        lambda self, *a, **k: in_process.append(a[1]) or train(self, *a, **k))
     stats = sim.round(0)
     assert sorted(asked) == list(range(10))
+    assert len(in_process) == (13 if sim.runner_kind == "thin" else 0), sim.runner_kind
     first = {}
     for i, delta in trained:
         first.setdefault(i, delta)

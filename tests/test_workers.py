@@ -24,7 +24,8 @@ CASES = [
 def test_workers_equal_the_one_process_thin_runner(tmp_path, overrides):
     base = [o for o in TINY if not (o.startswith("participation.") and any(x.startswith("participation=")
                                                                            for x in overrides))]
-    one = trained_sim(compose(*base, *overrides, "engine.num_threads=1"), tmp_path / "one")
+    one = trained_sim(compose(*base, *overrides, "engine.num_threads=1", "engine.client_runner=thin"),
+                      tmp_path / "one")
     many = trained_sim(compose(*base, *overrides, "engine.workers=2"), tmp_path / "many")
     try:
         assert many.runner_kind == "thin x 2 workers"

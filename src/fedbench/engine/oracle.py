@@ -14,9 +14,12 @@ SCALAR = torch.zeros(1)  # one float sent back
 
 
 class EngineOracle(ClientOracle):
+    """``batched``: the run's batched runner (the cohort runner or the worker pool), which trains the clients an
+    oracle asks for their local runs together, or None (one after another on the run's sequential runner)."""
+
     def __init__(self, trainer: ClientTrainer, t: int, lr: float, x: torch.Tensor, server_lr: float,
-                 local_steps: int):
-        self.trainer, self.x = trainer, x
+                 local_steps: int, batched=None):
+        self.trainer, self.x, self.batched = trainer, x, batched
         self.rc = RoundContext(round=t, lr=lr, part=None)
         self.lr, self.server_lr, self.local_steps = lr, server_lr, local_steps
 
@@ -24,11 +27,17 @@ class EngineOracle(ClientOracle):
     def cost(self):
         return self.trainer.cost
 
-    def local_update(self, client):
-        self.cost.download(self.x)
-        update = self.trainer.train(self.rc, client, self.local_steps, self.x)
-        self.cost.upload(SCALAR)
-        return update
+    def local_updates(self, clients):
+        for _ in clients:
+            self.cost.download(self.x)
+        if self.batched is None:
+            updates = [self.trainer.train(self.rc, c, self.local_steps, self.x) for c in clients]
+        else:
+            updates = self.batched.updates(self.trainer, self.rc, [(c, self.local_steps, {}, None) for c in clients],
+                                           self.x)
+        for _ in clients:
+            self.cost.upload(SCALAR)
+        return updates
 
     def full_gradient(self, client):
         self.cost.download(self.x)

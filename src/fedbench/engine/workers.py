@@ -121,8 +121,9 @@ class WorkerPool:
         shares: List[list] = [[] for _ in self.procs]
         work = [0] * len(self.procs)
 
-        def cost(i):
-            return entries[i][1] * entries[i][2].get("batch_size", trainer.batch_size)
+        def cost(i):  # a client smaller than its batch trains on all its samples
+            client, steps, opts, _ = entries[i]
+            return steps * min(opts.get("batch_size", trainer.batch_size), int(trainer.data.sizes[client]))
 
         for group in sorted(by_client.values(), key=lambda g: -sum(map(cost, g))):  # largest first, least loaded
             w = min(range(len(work)), key=work.__getitem__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -155,9 +155,9 @@ class ClientOracle:
     server_lr: float  # the algorithm's eta
     local_steps: int  # K
 
-    def local_update(self, client: int) -> Any:
-        """The client's K plain local SGD steps from x_t (a ``ClientUpdate``; its run is the one the client would
-        train this round, same batches)."""
+    def local_updates(self, clients: Sequence[int]) -> list:
+        """Each (distinct) client's K plain local SGD steps from x_t (``ClientUpdate``s, in order; each run is the
+        one the client would train this round, same batches), trained together where the run batches clients."""
         raise NotImplementedError
 
     def full_gradient(self, client: int) -> Any:
@@ -193,6 +193,7 @@ class Selection(Layer):
     rao_blackwell = True
     biased = False  # True: ``expected`` is a nominal rate, not the rule's inclusion probability
     keeps_updates = False  # True: ``end_round`` receives the round's updates (the process holds them)
+    asks_local_runs = False  # True: ``select`` asks the oracle for every available client's local run each round
     oracle: Optional[ClientOracle] = None  # set by the process before ``select`` when the engine provides one
 
     def select(self, t: int, available: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -91,9 +91,11 @@ class FedSRCG(_Importance):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.scores: dict = {}
+        self.asks_local_runs = self.mode == Mode.oracle
 
     def oracle_scores(self, oracle, ids):
-        return np.array([self.q[i] * float(oracle.local_update(i).delta.norm()) for i in ids.tolist()])
+        updates = oracle.local_updates(ids.tolist())
+        return np.array([self.q[i] * float(u.delta.norm()) for i, u in zip(ids.tolist(), updates)])
 
     def observe(self, t, client, update, weight):
         if self.mode == Mode.practical and update.delta is not None:

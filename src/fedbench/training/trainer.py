@@ -68,7 +68,9 @@ class ClientTrainer:
         self._occurrences[client, purpose] += 1
         return purpose if k == 0 else f"{purpose}/{k}"
 
-    def _noise(self, rc: RoundContext, client: int, purpose: str) -> Optional[tuple]:
+    def noise_stream(self, rc: RoundContext, client: int, purpose: str = "grad_noise") -> Optional[tuple]:
+        """(std, generator) of the client's injected gradient noise for its next run this round (stream (seed,
+        purpose, round, client), its occurrence counted like the batches'), or None when it has none."""
         std = 0.0 if self.noise_std is None else float(self.noise_std[client])
         return (std, torch_rng(self.seed, self._occurrence(client, purpose), rc.round, client)) if std > 0 else None
 
@@ -79,7 +81,7 @@ class ClientTrainer:
         ``lr`` and ``batch_size`` override the round's learning rate and ``client.batch_size``."""
         batches = self.batches(rc, client, steps, batch_size)
         self.runner.module.set_dropout_generator(torch_rng(self.seed, "dropout", rc.round, client))
-        run = LocalRun(start, hook, self.cost, noise=self._noise(rc, client, "grad_noise"))
+        run = LocalRun(start, hook, self.cost, noise=self.noise_stream(rc, client))
         loss = self.runner.run(run, self.buffers, batches, rc.lr if lr is None else lr)
         flat = self.runner.module.flat
         return ClientUpdate(
@@ -126,7 +128,7 @@ class ClientTrainer:
         """``count`` stochastic gradients at ``w``, one per minibatch of the stream (seed, purpose, round, client)
         (plus the client's injected noise when ``with_noise``): what a local step at ``w`` would use."""
         batches = self.batches(rc, client, count, purpose=purpose)
-        noise = self._noise(rc, client, f"{purpose}/noise") if with_noise else None
+        noise = self.noise_stream(rc, client, f"{purpose}/noise") if with_noise else None
         out = []
         with self._masks(rc, client, purpose):
             for xb, yb in batches:
