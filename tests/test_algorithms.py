@@ -395,7 +395,7 @@ def test_fedsrc_cifar_presets_run_a_round_at_tiny_scale(experiment, tmp_path):
 
 @pytest.mark.parametrize("algo", [("algo=fedprox", "algo.mu=0.5"), ("algo=scaffold",)])
 def test_local_hooks_act_identically_under_the_lightning_runner(tiny_cfg, tmp_path, algo):
-    thin = make_sim(tiny_cfg(*algo), tmp_path / "thin")
+    thin = make_sim(tiny_cfg(*algo, "engine.client_runner=thin"), tmp_path / "thin")
     light = make_sim(tiny_cfg(*algo, "engine.client_runner=lightning"), tmp_path / "light")
     for t in range(2):
         thin.round(t)
