@@ -300,13 +300,16 @@ def _gather(jobs, spans: dict, idx: torch.Tensor) -> tuple:
 def _noise_rows(noise: list, on: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """One step's injected gradient noise (C, d): row i is std_i z, z ~ N(0, I) the next draw of client i's
     stream (``noise``: (row, std, generator) per noisy client), as the sequential runner draws it at that step;
-    zero for clients without noise or past their last step (their streams do not advance)."""
-    rows = torch.zeros_like(g)
+    zero for clients without noise or past their last step (their streams do not advance). The draws are made
+    where the streams live and moved to the gradients' device in one transfer."""
+    z = torch.zeros(g.shape)
+    std = torch.zeros(g.shape[0])
     active = on.tolist()
-    for i, std, gen in noise:
+    for i, s, gen in noise:
         if active[i]:
-            rows[i] = (std * torch.randn(g.shape[1:], generator=gen)).to(g.device, g.dtype)
-    return rows
+            z[i] = torch.randn(g.shape[1:], generator=gen)
+            std[i] = s
+    return std.to(g.device, g.dtype)[:, None] * z.to(g.device, g.dtype)
 
 
 def _stack_affine(maps: list, starts: torch.Tensor) -> Optional[tuple]:
