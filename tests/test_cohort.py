@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import TINY, compose
-from conftest import trained_sim
+from conftest import make_sim, trained_sim
 
 from fedbench.errors import ConfigError
 
@@ -154,7 +154,8 @@ def test_work_chunks_sort_by_work_and_bound_the_padding():
 
 RAGGED = ("dataset=synthetic", "dataset.num_users=12", "partition=natural", "model=logreg", "client.batch_size=100000",
           "client.grad_noise=0.5", "participation/selection=fedsrc_g_oracle",
-          "participation.selection.clients_per_round=3", "rounds=3", "eval_every=3")
+          "participation.selection.clients_per_round=3", "rounds=3", "eval_every=3",
+          "engine.num_threads=1")  # a BN model on these clients is sensitive to the thread count's blocking (3e-5)
 
 
 def test_the_oracle_trains_every_client_together_in_chunks_of_similar_size(tmp_path, monkeypatch):
@@ -190,3 +191,56 @@ def test_auto_keeps_widely_ragged_batches_thin_on_a_cpu_unless_an_oracle_asks_ev
     overrides = [o for o in RAGGED if not o.startswith("participation/selection")]
     sim = trained_sim(compose(*overrides, f"participation/selection={selection}", "rounds=1"), tmp_path)
     assert sim.runner_kind == picked and why in sim.runner_reason, sim.runner_reason
+
+
+def test_the_oracle_full_gradients_in_chunks_give_the_sequential_run(tmp_path, monkeypatch):
+    """FedSRC-D's oracle (every available client's full gradient at x_t) on clients of unequal sizes: the cohort
+    runner computes them in one call a round and gives the thin runner's probabilities, parameters and costs."""
+    from fedbench.training.cohort import CohortTrainer
+
+    overrides = [o for o in RAGGED if not o.startswith("participation/selection")]
+    overrides.append("participation/selection=fedsrc_d_oracle")
+    seq = trained_sim(compose(*overrides, "engine.client_runner=thin"), tmp_path / "seq")
+    calls, gradients = [], CohortTrainer.gradients
+    monkeypatch.setattr(CohortTrainer, "gradients", lambda self, tr, rc, clients, w: calls.append(len(clients)) or
+                        gradients(self, tr, rc, clients, w))
+    vec = trained_sim(compose(*overrides, "engine.client_runner=vmap", "engine.cohort_size=5"), tmp_path / "vec")
+    assert calls == [12, 12, 12]  # every round, every client, in one call
+    assert numpy.allclose(seq.participation.selection.p, vec.participation.selection.p, atol=1e-6)
+    assert torch.allclose(seq.x, vec.x, atol=1e-5, rtol=0), float((seq.x - vec.x).abs().max())
+    assert seq.trainer.cost.totals() == vec.trainer.cost.totals()
+
+
+@pytest.mark.parametrize("model", [("model=logreg",), ("model=mlp", "model.batch_norm=true")])
+def test_chunked_full_gradients_equal_each_clients_own(tmp_path, model):
+    """``CohortTrainer.gradients`` in chunks of at most 3 clients of unequal sizes, with BatchNorm's batch
+    statistics over each client's real samples: each row is ``ClientTrainer.gradient`` of that client (1e-5),
+    the running statistics untouched, the same gradient count."""
+    from fedbench.records import RoundContext
+
+    overrides = [o for o in RAGGED if not o.startswith("model=")]
+    sim = make_sim(compose(*overrides, *model, "engine.client_runner=vmap", "engine.cohort_size=3"), tmp_path)
+    rc, sizes = RoundContext(round=0, lr=0.1, part=None), sim.data.sizes
+    norm = len(model) > 1
+    clients = [c for c in (5, 0, 11, 3, 7, 1, 9, 2) if not norm or sizes[c] <= 1024]
+    assert len(clients) >= 4 and len({int(sizes[c]) for c in clients}) == len(clients)
+    assert sim.cohort.can_batch_gradients(sizes.tolist()) == (not norm)  # BN: batch statistics per
+    # chunk of 1,024 samples in the sequential gradient
+    buffers = sim.module.flat.buffers.clone()
+    before = sim.trainer.cost.grad_evals
+    batched = sim.cohort.gradients(sim.trainer, rc, clients, sim.x)
+    assert sim.trainer.cost.grad_evals - before == sum(int(sim.data.sizes[c]) for c in clients)
+    own = torch.stack([sim.trainer.gradient(rc, c, sim.x) for c in clients])
+    assert torch.allclose(batched, own, atol=1e-5, rtol=0), float((batched - own).abs().max())
+    assert torch.equal(sim.module.flat.buffers, buffers)
+
+
+def test_a_model_with_dropout_keeps_the_sequential_full_gradients(tmp_path, monkeypatch):
+    from fedbench.training.cohort import CohortTrainer
+
+    overrides = [o for o in RAGGED if not o.startswith(("participation/selection", "model="))]
+    overrides += ["model=mlp", "model.hidden_dropout=0.3", "participation/selection=fedsrc_d_oracle", "rounds=1"]
+    monkeypatch.setattr(CohortTrainer, "gradients", lambda *a: pytest.fail("batched a gradient under dropout"))
+    seq = trained_sim(compose(*overrides, "engine.client_runner=thin"), tmp_path / "seq")
+    vec = trained_sim(compose(*overrides, "engine.client_runner=vmap"), tmp_path / "vec")
+    assert numpy.allclose(seq.participation.selection.p, vec.participation.selection.p, atol=1e-6)

@@ -34,8 +34,8 @@ class Oracle:
         self.lr, self.server_lr, self.local_steps = lr, server_lr, local_steps
         self.asked = []
 
-    def full_gradient(self, i):
-        return torch.as_tensor(self.grads[i], dtype=torch.float64)
+    def full_gradients(self, clients):
+        return torch.stack([torch.as_tensor(self.grads[i], dtype=torch.float64) for i in clients])
 
     def local_updates(self, clients):
         return [SimpleNamespace(delta=torch.as_tensor(self.deltas[i], dtype=torch.float64), steps=self.local_steps)

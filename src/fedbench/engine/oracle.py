@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from fedbench.training.cohort import CohortTrainer
 from fedbench.training.trainer import ClientTrainer
 from fedbench.participation.base import ClientOracle
 from fedbench.records import RoundContext
@@ -39,11 +40,18 @@ class EngineOracle(ClientOracle):
             self.cost.upload(SCALAR)
         return updates
 
-    def full_gradient(self, client):
-        self.cost.download(self.x)
-        g = self.trainer.gradient(self.rc, client, self.x, purpose="oracle/gradient")
-        self.cost.upload(g)
-        return g
+    def full_gradients(self, clients):
+        for _ in clients:
+            self.cost.download(self.x)
+        if isinstance(self.batched, CohortTrainer) and \
+                self.batched.can_batch_gradients([int(self.trainer.data.sizes[c]) for c in clients]):
+            grads = self.batched.gradients(self.trainer, self.rc, clients, self.x)
+        else:
+            grads = torch.stack([self.trainer.gradient(self.rc, c, self.x, purpose="oracle/gradient")
+                                 for c in clients])
+        for g in grads:
+            self.cost.upload(g)
+        return grads
 
     def minibatch_variance(self, client, probes, with_noise):
         """Unbiased sample variance (1/(R-1)) sum_r ||g_r - mean||^2 of R minibatch gradients at x_t; exactly 0,

@@ -160,8 +160,8 @@ class ClientOracle:
         one the client would train this round, same batches), trained together where the run batches clients."""
         raise NotImplementedError
 
-    def full_gradient(self, client: int) -> Any:
-        """grad F_i(x_t) over all the client's data, without injected gradient noise (a flat tensor)."""
+    def full_gradients(self, clients: Sequence[int]) -> Any:
+        """grad F_i(x_t) over all of each client's data, without injected gradient noise ((len(clients), d))."""
         raise NotImplementedError
 
     def minibatch_variance(self, client: int, probes: int, with_noise: bool) -> float:

@@ -181,7 +181,7 @@ class FedSRCD(_Importance):
 
     def oracle_scores(self, oracle, ids):
         self.ratio = r = self.alpha_ratio(oracle)
-        grads = torch.stack([oracle.full_gradient(i) for i in ids.tolist()])
+        grads = oracle.full_gradients(ids.tolist())
         q = torch.as_tensor(self.q[ids], dtype=grads.dtype, device=grads.device)
         mean = (q[:, None] * grads).sum(0) / q.sum()
         zeta2 = ((grads - mean) ** 2).sum(1).cpu().numpy().astype(np.float64)

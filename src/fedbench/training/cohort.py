@@ -170,6 +170,37 @@ class CohortTrainer:
             out[j].append(update)
         return out
 
+    def gradients(self, trainer, rc: RoundContext, clients: Sequence[int], w: torch.Tensor) -> torch.Tensor:
+        """(len(clients), d): each client's mean cross-entropy gradient over all its data at the flat point ``w``
+        (``ClientTrainer.gradient`` without a sample draw: batch statistics, BN running statistics untouched), the
+        clients vmapped in chunks of similar size padded and masked (at most ``GRADIENT_SAMPLES`` padded samples a
+        chunk, or one client), where ``can_batch_gradients`` allows it."""
+        sizes = [int(trainer.data.sizes[c]) for c in clients]
+        offsets = trainer.data.offsets
+        out = torch.empty((len(clients), w.numel()), dtype=w.dtype, device=w.device)
+        self.module.train()
+        for chunk in work_chunks(sizes, self.cohort_size, GRADIENT_SAMPLES):
+            n = max(sizes[i] for i in chunk)
+            idx = torch.zeros((len(chunk), n), dtype=torch.long, device=w.device)
+            mask = torch.zeros((len(chunk), n), dtype=w.dtype, device=w.device)
+            for row, i in enumerate(chunk):
+                lo = int(offsets[clients[i]])
+                idx[row, :sizes[i]] = torch.arange(lo, lo + sizes[i], device=w.device)
+                mask[row, :sizes[i]] = 1.0
+            data = trainer.data
+            g, _ = self._step(w.expand(len(chunk), -1), data.x[idx], data.y[idx], mask, ())
+            out[chunk] = g
+        trainer.cost.gradients(sum(sizes))
+        return out
+
+    def can_batch_gradients(self, sizes: Sequence[int]) -> bool:
+        """Whether ``gradients`` stands for ``ClientTrainer.gradient`` on clients of these sizes: not with dropout
+        (the sequential gradient draws its masks chunk by chunk from its own stream), nor with BatchNorm on a client
+        of more than ``GRADIENT_CHUNK`` samples (the sequential gradient's batch statistics are then per chunk)."""
+        from fedbench.training.trainer import GRADIENT_CHUNK
+
+        return not self.dropouts and (not self.norms or max(sizes, default=0) <= GRADIENT_CHUNK)
+
     def _cohort(self, jobs, items):
         entries = [entry for _, entry in items]
         owners = [(jobs[j][0], jobs[j][1]) for j, _ in items]
@@ -249,16 +280,21 @@ class CohortTrainer:
 #: federation, 150 clients of 33 to 7,244 samples, full-batch steps: 1.5, 2 and 3 train its oracle's 150 runs in
 #: 0.26, 0.21 and 0.25 s on one AVX2 thread, the sequential runner in 0.50 s; docs/engine.md)
 PAD_WASTE = 2.0
+#: the most padded samples one chunk of ``CohortTrainer.gradients`` holds (a chunk of one client may hold more)
+GRADIENT_SAMPLES = 65536
 
 
-def work_chunks(work: Sequence[int], cap: int) -> List[List[int]]:
+def work_chunks(work: Sequence[int], cap: int, budget: Optional[int] = None) -> List[List[int]]:
     """Indices of ``work`` in increasing work (ties in order), cut into chunks of at most ``cap`` where padding
-    every member to the chunk's largest costs at most ``PAD_WASTE`` times the chunk's own work."""
+    every member to the chunk's largest costs at most ``PAD_WASTE`` times the chunk's own work (and at most
+    ``budget`` in all, where given, beyond a chunk's first member)."""
     chunks: List[List[int]] = []
     chunk: List[int] = []
     total = 0
     for i in sorted(range(len(work)), key=work.__getitem__):
-        if chunk and (len(chunk) == cap or (len(chunk) + 1) * work[i] > PAD_WASTE * (total + work[i])):
+        padded = (len(chunk) + 1) * work[i]
+        if chunk and (len(chunk) == cap or padded > PAD_WASTE * (total + work[i])
+                      or (budget is not None and padded > budget)):
             chunks.append(chunk)
             chunk, total = [], 0
         chunk.append(i)
