@@ -184,13 +184,22 @@ def test_the_oracle_trains_every_client_together_in_chunks_of_similar_size(tmp_p
     assert seq.trainer.cost.totals() == vec.trainer.cost.totals()
 
 
-@pytest.mark.parametrize("selection, picked, why", [("uniform", "thin", "range from"),
-                                                    ("fedsrc_g_oracle", "vmap", "asks every available client")])
-def test_auto_keeps_widely_ragged_batches_thin_on_a_cpu_unless_an_oracle_asks_every_client(tmp_path, selection,
-                                                                                         picked, why):
+@pytest.mark.parametrize("selection", ["uniform", "fedsrc_g_oracle", "fedsrc_d_oracle"])
+def test_auto_keeps_widely_ragged_batches_thin_on_a_cpu_and_batches_an_oracles_questions(tmp_path, selection):
+    """Clients of 46 to 1,064 samples in full-data batches: the rounds stay on the thin runner (a CPU); a selection
+    that asks every client each round has its questions answered by a cohort runner of its own, with the thin
+    runner's numbers (1e-5)."""
     overrides = [o for o in RAGGED if not o.startswith("participation/selection")]
-    sim = trained_sim(compose(*overrides, f"participation/selection={selection}", "rounds=1"), tmp_path)
-    assert sim.runner_kind == picked and why in sim.runner_reason, sim.runner_reason
+    overrides.append(f"participation/selection={selection}")
+    sim = trained_sim(compose(*overrides), tmp_path / "auto")
+    assert sim.runner_kind == "thin" and sim.cohort is None and "batches range from" in sim.runner_reason
+    oracle = selection != "uniform"
+    assert (sim.oracle_runner is not None) == oracle
+    assert ("questions to every available client" in sim.runner_reason) == oracle, sim.runner_reason
+    thin = trained_sim(compose(*overrides, "engine.client_runner=thin"), tmp_path / "thin")
+    assert thin.oracle_runner is None
+    assert torch.allclose(sim.x, thin.x, atol=1e-5, rtol=0)
+    assert sim.trainer.cost.totals() == thin.trainer.cost.totals()
 
 
 def test_the_oracle_full_gradients_in_chunks_give_the_sequential_run(tmp_path, monkeypatch):

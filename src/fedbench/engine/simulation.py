@@ -126,12 +126,11 @@ class Simulation:
         if kind == "auto" and why is None and self.device.type == "cpu" \
                 and any(isinstance(m, torch.nn.Conv2d) for m in model.modules()):
             why = "a convolutional model is compute-bound: batching its clients does not pay on a CPU (docs/engine.md)"
-        if kind == "auto" and why is None and self.device.type == "cpu":
-            why = self._ragged_batches(cfg.client.batch_size)
+        ragged = self._ragged_batches(cfg.client.batch_size) \
+            if kind == "auto" and why is None and self.device.type == "cpu" else None
+        why = why or ragged
         self.runner_kind = "vmap" if why is None else ("thin" if kind == "auto" else kind)
         self.runner_reason = (f"engine.client_runner={kind}" if kind != "auto" else f"auto: {why}" if why else
-                              "auto: the selection asks every available client's local run each round (batched in "
-                              "chunks of similar size)" if self.participation.selection.asks_local_runs else
                               "auto: nothing in this configuration keeps its clients from batching")
         # the start-up line and summary.json say why
         if kind == "vmap":
@@ -140,6 +139,14 @@ class Simulation:
         if self.runner_kind == "vmap":
             self.cohort = CohortTrainer(self.module, cfg.engine.cohort_size, cfg.client.momentum,
                                         cfg.client.weight_decay)
+        #: what answers an oracle's questions about every client: the run's batched runner, or under auto a cohort
+        #: runner of its own where only the clients' raggedness kept the rounds on the thin runner
+        self.oracle_runner = self.cohort
+        if kind == "auto" and ragged and self.participation.selection.asks_every_client:
+            self.oracle_runner = CohortTrainer(self.module, cfg.engine.cohort_size, cfg.client.momentum,
+                                               cfg.client.weight_decay)
+            self.runner_reason += ("; the selection's questions to every available client each round are batched "
+                                   "(vmap, in chunks of similar size)")
         cohort = 1 if self.cohort is None else min(cfg.engine.cohort_size, clients_per_round(cfg, n))
         self.num_threads = cfg.engine.num_threads or auto_threads(self.dim, cfg.client.batch_size, cohort)
         if cfg.engine.workers > 1:
@@ -168,18 +175,16 @@ class Simulation:
         why = self._batch_unsupported()
         require(why is None, "engine.workers", f"{k} worker processes cannot run this configuration: {why}.",
                 "use engine.workers=0.")
-        self.cohort = WorkerPool(cfg, root, self.device, k)
+        self.cohort = self.oracle_runner = WorkerPool(cfg, root, self.device, k)
         self._finalizer = weakref.finalize(self, self.cohort.close)
         self.runner_kind = f"thin x {k} workers"  # the main process keeps its threads for evaluation
         self.runner_reason = f"engine.workers={k}"
 
     def _ragged_batches(self, batch_size: int) -> Optional[str]:
-        """Why batching does not pay on a CPU for clients whose batches differ widely (full-data batches of
-        clients of unequal sizes: a round pads every client to its largest), or None; a selection that asks every
-        client's local run each round (FedSRC-G oracle) batches them in chunks of similar size, which pays
-        (docs/engine.md)."""
+        """Why batching a round's clients does not pay on a CPU when their batches differ widely (full-data batches
+        of clients of unequal sizes: padding, or chunks of a few clients each), or None (docs/engine.md)."""
         b = np.minimum(batch_size, self.data.sizes)
-        if self.participation.selection.asks_local_runs or b.max() <= RAGGED * np.median(b):
+        if b.max() <= RAGGED * np.median(b):
             return None
         return (f"the clients' batches range from {b.min()} to {b.max()} samples (median {np.median(b):g}): padding "
                 "a round's clients to its largest does not pay on a CPU (docs/engine.md)")
@@ -232,7 +237,7 @@ class Simulation:
         cost = self.trainer.cost
         before = cost.totals()
         oracle = EngineOracle(self.trainer, t, self.lr(t), self.x, self.algo.cfg.server_lr, self.client.local_steps,
-                              self.cohort)
+                              self.oracle_runner)
         # the round's streams start at their first occurrence twice: for an oracle's probes, and again for the
         # local runs they predict, so a probed client trains on exactly the minibatches it was probed on
         self.trainer.begin_round()

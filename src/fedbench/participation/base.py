@@ -193,7 +193,7 @@ class Selection(Layer):
     rao_blackwell = True
     biased = False  # True: ``expected`` is a nominal rate, not the rule's inclusion probability
     keeps_updates = False  # True: ``end_round`` receives the round's updates (the process holds them)
-    asks_local_runs = False  # True: ``select`` asks the oracle for every available client's local run each round
+    asks_every_client = False  # True: ``select`` asks the oracle about every available client each round
     oracle: Optional[ClientOracle] = None  # set by the process before ``select`` when the engine provides one
 
     def select(self, t: int, available: np.ndarray, rng: np.random.Generator) -> np.ndarray:

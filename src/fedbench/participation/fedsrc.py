@@ -42,6 +42,7 @@ class _Importance(ProbabilitySampler):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.mode = Mode(cfg.mode)
+        self.asks_every_client = self.mode == Mode.oracle  # local runs (FedSRC-G), full gradients (FedSRC-D)
         self.q = client_weights(cfg.weights, ctx.sizes)
         self.p = np.full(ctx.num_clients, 1.0 / ctx.num_clients)
 
@@ -91,7 +92,6 @@ class FedSRCG(_Importance):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.scores: dict = {}
-        self.asks_local_runs = self.mode == Mode.oracle
 
     def oracle_scores(self, oracle, ids):
         updates = oracle.local_updates(ids.tolist())
