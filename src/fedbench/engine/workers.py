@@ -123,7 +123,7 @@ class WorkerPool:
 
         def cost(i):  # a client smaller than its batch trains on all its samples
             client, steps, opts, _ = entries[i]
-            return steps * min(opts.get("batch_size", trainer.batch_size), int(trainer.data.sizes[client]))
+            return steps * trainer.batch_of(client, opts.get("batch_size"))
 
         for group in sorted(by_client.values(), key=lambda g: -sum(map(cost, g))):  # largest first, least loaded
             w = min(range(len(work)), key=work.__getitem__)

@@ -154,8 +154,7 @@ class CohortTrainer:
         (``work_chunks``), where no job repeats a client (whose runs must keep their order). Returns each job's
         updates in its entries' order."""
         items = [(j, entry) for j, (_, _, entries, _) in enumerate(jobs) for entry in entries]
-        shapes = [(steps, min(opts.get("batch_size", jobs[j][0].batch_size), int(jobs[j][0].data.sizes[client])))
-                  for j, (client, steps, opts, _) in items]
+        shapes = [(steps, jobs[j][0].batch_of(client, opts.get("batch_size"))) for j, (client, steps, opts, _) in items]
         chunks = [list(range(k, min(k + self.cohort_size, len(items)))) for k in range(0, len(items), self.cohort_size)]
         work = [steps * b for steps, b in shapes]
         padded = sum(len(c) * max(shapes[i][0] for i in c) * max(shapes[i][1] for i in c) for c in chunks)

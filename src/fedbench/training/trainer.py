@@ -62,6 +62,11 @@ class ClientTrainer:
             out.append(self.data.client_indices(client, steps, batch_size or self.batch_size, gen))
         return out
 
+    def batch_of(self, client: int, batch_size: Optional[int] = None) -> int:
+        """The samples in each of the client's minibatches: ``batch_size`` (or ``client.batch_size``), clipped to
+        the client's data as ``FederatedData.client_indices`` clips it."""
+        return min(batch_size or self.batch_size, int(self.data.sizes[client]))
+
     def _occurrence(self, client: int, purpose: str) -> str:
         """``purpose`` for the client's first use of a stream in the round, ``purpose/k`` for its k-th repeat."""
         k = self._occurrences[client, purpose]
