@@ -188,6 +188,7 @@ FEDSRC_FMNIST = ["uniform", *FEDSRC_PRACTICAL, "fedsrc_d_oracle", "fedsrc_g_orac
 FEDSRC_FMNIST_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=30"]
 FEDAMD = ["fedamd", "fedavg", "scaffold", "fedpage", "bvr_l_sgd"]
 FEDAMD_TINY = [*LENET_TINY, "participation.selection.clients_per_round=4"]
+FEDAMD_SCHEDULES = ["fedamd_sequential", "fedamd", "fedamd_sequential3", "fedavg"]
 #: every other eta_l of FedAMD's grid and its extreme eta_s: 6 of its 18 points, the same for every method
 FEDAMD_SUBGRID = ["client.lr=0.1,0.02,0.005", "algo.server_lr=1.0,0.1"]
 GRADMA = ["gradma", "fedavg", "gradma_w", "gradma_s", "fedavgm", "mifa", "moon", "feddyn", "mimelite", "fedmlb"]
@@ -327,6 +328,10 @@ PAPERS: Dict[str, List[Section]] = {
           for name, methods, after, joint in (
               ("a20_2seeds_500", FEDAMD[:2], "a20_2seeds", ""),
               ("a20_2seeds_baselines_500", FEDAMD[2:], "a20_2seeds_baselines", "a20_2seeds_500"))),
+        # Table 2's two schedules and Cor. 4.7's period, tuned alike with FedAvg on a20's sub-grid: the constant
+        # p of Cor. 4.9 against the sequential {0,1} (tau = 2) and {0,0,1} (tau = 3)
+        Section("a20_schedules", "fedamd_fmnist_small", "algo", FEDAMD_SCHEDULES, trials=6,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY),
     ],
     "gradma": [
         # the paper's eta_l grid at eta_g = 1 (3 of its 9 points; FedDyn's alpha drawn with it)

@@ -111,6 +111,23 @@ def test_one_client_sequential_tau2_is_sarah(tiny_cfg, tmp_path):
         torch.testing.assert_close(sim.x, expected, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("preset, tau", [("fedamd_sequential", 2), ("fedamd_sequential3", 3)])
+def test_the_sequential_presets_are_fedamd_with_their_period(tiny_cfg, tmp_path, preset, tau):
+    """``algo=fedamd_sequential`` ({0,1}) and ``fedamd_sequential3`` ({0,0,1}) are options of FedAMD, not code: the
+    same trajectory as ``algo=fedamd algo.schedule=sequential algo.tau=...``, anchors only in rounds t mod tau = 0."""
+    runs = {}
+    for name, args in ((preset, (f"algo={preset}",)), ("options", (*FEDAMD, "algo.schedule=sequential",
+                                                                    f"algo.tau={tau}"))):
+        sim = make_sim(tiny_cfg(*args, "rounds=6"), tmp_path / name)
+        sim.initialize()
+        roles = [(sim.round(t).extra["anchors"] > 0, sim.x.clone()) for t in range(6)]
+        runs[name] = roles
+        assert [anchor for anchor, _ in roles] == [t % tau == 0 for t in range(6)]
+    for (_, a), (_, b) in zip(runs[preset], runs["options"]):
+        assert torch.equal(a, b)
+    assert make_sim(tiny_cfg(f"algo={preset}"), tmp_path / "name").algo.cfg.name == preset
+
+
 def _algo(**cfg):
     cls = ALGORITHMS.get_class("fedamd")
     return cls(cls.Config(**cfg), AlgoContext(3, 100, np.ones(100), torch.device("cpu"), 7))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import torch
 
-from fedbench.training.cohort import CohortTrainer
 from fedbench.training.trainer import ClientTrainer
 from fedbench.participation.base import ClientOracle
 from fedbench.records import RoundContext
@@ -16,7 +15,8 @@ SCALAR = torch.zeros(1)  # one float sent back
 
 class EngineOracle(ClientOracle):
     """``batched``: the run's batched runner (the cohort runner or the worker pool), which trains the clients an
-    oracle asks for their local runs together, or None (one after another on the run's sequential runner)."""
+    oracle asks for their local runs together (and, where its ``can_batch_gradients`` says so, computes their full
+    gradients together), or None (one after another on the run's sequential runner)."""
 
     def __init__(self, trainer: ClientTrainer, t: int, lr: float, x: torch.Tensor, server_lr: float,
                  local_steps: int, batched=None):
@@ -43,8 +43,8 @@ class EngineOracle(ClientOracle):
     def full_gradients(self, clients):
         for _ in clients:
             self.cost.download(self.x)
-        if isinstance(self.batched, CohortTrainer) and \
-                self.batched.can_batch_gradients([int(self.trainer.data.sizes[c]) for c in clients]):
+        sizes = [int(self.trainer.data.sizes[c]) for c in clients]
+        if self.batched is not None and self.batched.can_batch_gradients(sizes):
             grads = self.batched.gradients(self.trainer, self.rc, clients, self.x)
         else:
             grads = torch.stack([self.trainer.gradient(self.rc, c, self.x, purpose="oracle/gradient")

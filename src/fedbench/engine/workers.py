@@ -113,6 +113,10 @@ class WorkerPool:
             got.append(message[1])
         return got
 
+    def can_batch_gradients(self, sizes: Sequence[int]) -> bool:
+        """Never: the workers answer an oracle's local runs; its full gradients are computed in this process."""
+        return False
+
     def updates(self, trainer, rc: RoundContext, entries: Sequence[tuple], start: torch.Tensor) -> List[ClientUpdate]:
         """The ``ClientUpdate`` of each entry (client, local steps, ``local_options``, ``Affine`` or None), in order."""
         by_client: dict = {}  # a client drawn twice stays on one worker, in order: its second run's streams

@@ -37,6 +37,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from fedbench.records import Affine, ClientUpdate, RoundContext
 from fedbench.rng import torch_rng
+from fedbench.training.trainer import GRADIENT_CHUNK
 
 
 def unsupported(module, trainer_augments: bool) -> Optional[str]:
@@ -196,8 +197,6 @@ class CohortTrainer:
         """Whether ``gradients`` stands for ``ClientTrainer.gradient`` on clients of these sizes: not with dropout
         (the sequential gradient draws its masks chunk by chunk from its own stream), nor with BatchNorm on a client
         of more than ``GRADIENT_CHUNK`` samples (the sequential gradient's batch statistics are then per chunk)."""
-        from fedbench.training.trainer import GRADIENT_CHUNK
-
         return not self.dropouts and (not self.norms or max(sizes, default=0) <= GRADIENT_CHUNK)
 
     def _cohort(self, jobs, items):
