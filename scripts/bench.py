@@ -52,6 +52,10 @@ WORKLOADS = {
     "W3-mifa-10k": [*FMNIST, "algo=mifa", "partition.num_clients=10000",
                     "participation.selection.clients_per_round=10", "engine.client_state=memmap"],
     "W4": ["experiment=wang22_fmnist_periodic", "engine.num_threads=1"],
+    # FedSRC-G in oracle mode at the paper's 150 clients: every round, every client's K = 5 full-batch local steps
+    # (injected noise; 33 to 7,244 samples) to score it, then the S = 10 drawn clients' runs
+    "W5-oracle": ["experiment=fedsrc_synthetic", "participation/selection=fedsrc_g_oracle", "client.lr=0.003",
+                  "engine.num_threads=1"],
 }
 #: whole sweeps of 8 jobs (4 learning rates x 2 seeds), timed end to end per launcher (``--sweeps``)
 SWEEPS = {
@@ -72,6 +76,8 @@ QUICK = {
     "Q-mlp": ["dataset=digits", "partition=iid", "model=mlp", "partition.num_clients=20", "client.local_steps=3",
               "client.batch_size=8", "participation=uniform", "participation.selection.clients_per_round=5",
               "engine.num_threads=1"],
+    "Q-oracle": ["experiment=fedsrc_synthetic_small", "participation/selection=fedsrc_g_oracle",
+                 "dataset.num_users=12", "participation.selection.clients_per_round=3", "engine.num_threads=1"],
 }
 
 
@@ -276,7 +282,8 @@ def _bare_forward(sim, sync) -> float:
 
 
 def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dict:
-    """Plain PyTorch: the same data, model, S, I, batch and lr; uniform S-of-N sampling, FedAvg's mean delta."""
+    """Plain PyTorch: the same data, model, S, I, batch and lr; uniform S-of-N sampling, FedAvg's mean delta (for
+    a FedSRC-G oracle workload, ``oracle_floor``)."""
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -304,6 +311,17 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
     names = [k for k, _ in model.named_parameters()]
     shapes = [p.shape for p in params]
     sizes = [p.numel() for p in params]
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    selection = cfg.participation.selection
+    if selection.kind == "fedsrc_g" and getattr(selection.get("mode"), "name", selection.get("mode")) == "oracle":
+        def loss_sum(w, xb, yb, mask):  # a client's mean loss over its real (unmasked) rows
+            ws = dict(zip(names, [t.view(sh) for t, sh in zip(torch.split(w, sizes), shapes)]))
+            losses = F.cross_entropy(functional_call(model, ws, (xb,)), yb, reduction="none")
+            return (losses * mask).sum() / mask.sum()
+
+        step = oracle_floor(data, x, grad(loss_sum), batched, steps, lr, s, cfg.client.grad_noise, rng)
+        rate, _ = _median_rate(step, rounds, reps, sync)
+        return {"rounds_per_s": rate, "peak_rss_mb": _rss_mb()}
 
     def batch_idx(clients):
         idx = np.stack([rng.integers(offsets[c], offsets[c + 1], (steps, b)) for c in clients])
@@ -339,9 +357,65 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
             P = P - lr * step_all(P, X[:, k], Y[:, k])
         x = (P - x).mean(0) + x
 
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     rate, _ = _median_rate(round_vmap if batched else round_seq, rounds, reps, sync)
     return {"rounds_per_s": rate, "peak_rss_mb": _rss_mb()}
+
+
+def oracle_floor(data, x, grad_fn, batched: bool, steps: int, lr: float, s: int, nu: float, rng) -> Callable:
+    """A FedSRC-G oracle round in plain PyTorch (FedSRC note §1.4): every client's K full-batch steps from x_t with
+    its injected noise N(0, s_i^2 I), s_i = nu u_i, scored q_i ||Delta_i|| (q_i = n_i / n); S draws with replacement
+    from p_i proportional to the score; the drawn clients' runs again; x += sum (q_i / (S p_i)) Delta_i.
+    ``batched``: each group of runs vmapped, every client padded to the group's largest (a mask keeps the mean
+    over its own rows), the naive way to batch ragged full-batch steps; else one client after another. Returns the
+    round (``round_(t)``), whose ``state["x"]`` is the model after the latest one."""
+    import numpy as np
+    import torch
+    from torch.func import vmap
+
+    counts = np.diff(data.offsets.numpy())
+    q = counts / counts.sum()
+    std = torch.as_tensor(nu * rng.uniform(size=len(counts)), dtype=x.dtype, device=x.device)
+    step_all = vmap(grad_fn)
+
+    def runs_seq(clients, w):
+        out = []
+        for c in clients:
+            lo, hi = int(data.offsets[c]), int(data.offsets[c + 1])
+            xb, yb = data.x[lo:hi], data.y[lo:hi]
+            mask = torch.ones(hi - lo, device=x.device)
+            v = w
+            for _ in range(steps):
+                v = v - lr * (grad_fn(v, xb, yb, mask) + std[c] * torch.randn_like(v))
+            out.append(v - w)
+        return torch.stack(out)
+
+    def runs_vmap(clients, w):
+        width = int(counts[clients].max())
+        rows = torch.arange(width, device=x.device)
+        lo = data.offsets[torch.as_tensor(clients)].to(x.device)
+        mask = (rows < torch.as_tensor(counts[clients], device=x.device)[:, None]).to(x.dtype)
+        idx = torch.minimum(lo[:, None] + rows, lo[:, None] + torch.as_tensor(counts[clients] - 1,
+                                                                                device=x.device)[:, None])
+        xb, yb = data.x[idx], data.y[idx]
+        v = w.expand(len(clients), -1)
+        for _ in range(steps):
+            v = v - lr * (step_all(v, xb, yb, mask) + std[clients][:, None] * torch.randn_like(v))
+        return v - w
+
+    runs = runs_vmap if batched else runs_seq
+    state = {"x": x}
+
+    def round_(t):
+        w = state["x"]
+        everyone = np.arange(len(counts))
+        score = q * runs(everyone, w).norm(dim=1).cpu().numpy()
+        p = score / score.sum()
+        drawn = rng.choice(len(counts), s, replace=True, p=p)
+        weights = torch.as_tensor(q[drawn] / (s * p[drawn]), dtype=w.dtype, device=w.device)
+        state["x"] = w + (weights[:, None] * runs(drawn, w)).sum(0)
+
+    round_.state = state  # the model after the latest round
+    return round_
 
 
 VARIANTS = ("default", "thin", "vmap", "floor", "floor-vmap")  # default: no engine.client_runner override

@@ -16,6 +16,39 @@ def test_bench_quick_runs_and_reports_every_variant(tmp_path):
     assert set(row) == {"default", "thin", "vmap", "floor", "floor-vmap"}
     assert all(v["rounds_per_s"] > 0 for v in row.values())
     assert {"train", "server", "participation", "rest", "evaluation"} <= set(row["thin"]["split_s"])
+    oracle = json.loads(out.read_text())["workloads"]["Q-oracle"]  # FedSRC-G's oracle: its floors are its own
+    assert set(oracle) == {"default", "thin", "vmap", "floor", "floor-vmap"}
+    assert all(v["rounds_per_s"] > 0 for v in oracle.values())
+    assert oracle["thin"]["split_s"]["participation"] > oracle["thin"]["split_s"]["server"]  # the oracle's runs
+
+
+def test_the_oracle_floor_is_fedsrc_g_in_plain_pytorch():
+    """The floor's FedSRC-G round, sequential and vmapped with padding, gives the same model (same draws) and
+    moves it: the batched floor is the same arithmetic, not a cheaper one."""
+    code = (
+        "import sys; sys.path.insert(0, 'scripts'); import bench, numpy as np, torch\n"
+        "import torch.nn.functional as F\n"
+        "from torch.func import grad\n"
+        "from types import SimpleNamespace\n"
+        "torch.manual_seed(0)\n"
+        "sizes = [3, 9, 5, 2]\n"
+        "off = torch.tensor(np.concatenate([[0], np.cumsum(sizes)]))\n"
+        "data = SimpleNamespace(offsets=off, x=torch.randn(int(off[-1]), 4), y=torch.randint(0, 3, (int(off[-1]),)))\n"
+        "def loss(w, xb, yb, mask):\n"
+        "    ls = F.cross_entropy(xb @ w.view(4, 3), yb, reduction='none')\n"
+        "    return (ls * mask).sum() / mask.sum()\n"
+        "out = []\n"
+        "for batched in (False, True):\n"
+        "    torch.manual_seed(1)\n"
+        "    x = torch.zeros(12)\n"
+        "    step = bench.oracle_floor(data, x, grad(loss), batched, 3, 0.1, 2, 0.0, np.random.default_rng(0))\n"
+        "    step(0); step(1)\n"
+        "    out.append(step.state['x'])\n"
+        "assert out[0].abs().sum() > 0, out\n"
+        "torch.testing.assert_close(out[0], out[1], rtol=0, atol=1e-6)\n"
+        "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
 def test_sweep_split_times_a_packed_sweep_in_parts():
