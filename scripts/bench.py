@@ -1,6 +1,6 @@
 """fedbench's throughput against a floor: plain PyTorch loops doing the same arithmetic, in the same run.
 
-    python scripts/bench.py                 # W1, W1-big, W2, W3, W4 (minutes), table + bench.json
+    python scripts/bench.py                 # W1, W1-big, W2, W3, W4, W5-oracle (minutes), table + bench.json
     python scripts/bench.py --only W2 --reps 5
     python scripts/bench.py --quick         # tiny sizes on scikit-learn's digits (the test suite runs this)
     python scripts/bench.py --only W1 --variants thin floor --set engine.num_threads=0 engine.precision=bf16-mixed
@@ -9,9 +9,10 @@
 
 Each (workload, variant) runs in its own process (so peak RSS is its own): fedbench with the engine's defaults
 (``default``: the runner ``engine.client_runner=auto`` picks), the thin and (where the configuration allows it) vmap
-runners, and two floors with no framework -- a sequential loop (copy the global
-vector into the model, I SGD steps per client, average the deltas) and a vmap-batched loop (torch.func over the
-round's clients). Rounds/s is the median of ``--reps`` timed repetitions after a warm-up; fedbench's split of a
+runners, and two floors with no framework -- a sequential loop (copy the global vector into the model, I SGD steps
+per client, average the deltas) and a vmap-batched loop (torch.func over the round's clients); for the FedSRC-G
+oracle workloads, the floors are that round in plain PyTorch (``oracle_floor``). Rounds/s is the median of
+``--reps`` timed repetitions after a warm-up; fedbench's split of a
 round (local training, aggregation/server, participation, the rest) is timed inside the same rounds, evaluation
 apart (one evaluation, shown per round at the workload's eval_every, and against a bare no-grad forward of the same
 model over the test set at its best batch size). Ratios are fedbench / floor. ``--set``
@@ -319,7 +320,7 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
             losses = F.cross_entropy(functional_call(model, ws, (xb,)), yb, reduction="none")
             return (losses * mask).sum() / mask.sum()
 
-        step = oracle_floor(data, x, grad(loss_sum), batched, steps, lr, s, cfg.client.grad_noise, rng)
+        step = oracle_floor(data, x, model, grad(loss_sum), batched, steps, lr, s, cfg.client.grad_noise, rng)
         rate, _ = _median_rate(step, rounds, reps, sync)
         return {"rounds_per_s": rate, "peak_rss_mb": _rss_mb()}
 
@@ -340,7 +341,7 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
         idx = batch_idx(clients)
         acc = torch.zeros_like(x)
         for i in range(s):
-            torch.nn.utils.vector_to_parameters(x, params)
+            torch.nn.utils.vector_to_parameters(x.clone(), params)  # (views of the copy: x stays the round's start)
             for k in range(steps):
                 opt.zero_grad(set_to_none=True)
                 F.cross_entropy(model(data.x[idx[i, k]]), data.y[idx[i, k]]).backward()
@@ -361,15 +362,18 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
     return {"rounds_per_s": rate, "peak_rss_mb": _rss_mb()}
 
 
-def oracle_floor(data, x, grad_fn, batched: bool, steps: int, lr: float, s: int, nu: float, rng) -> Callable:
+def oracle_floor(data, x, model, grad_fn, batched: bool, steps: int, lr: float, s: int, nu: float,
+                 rng) -> Callable:
     """A FedSRC-G oracle round in plain PyTorch (FedSRC note §1.4): every client's K full-batch steps from x_t with
     its injected noise N(0, s_i^2 I), s_i = nu u_i, scored q_i ||Delta_i|| (q_i = n_i / n); S draws with replacement
     from p_i proportional to the score; the drawn clients' runs again; x += sum (q_i / (S p_i)) Delta_i.
-    ``batched``: each group of runs vmapped, every client padded to the group's largest (a mask keeps the mean
-    over its own rows), the naive way to batch ragged full-batch steps; else one client after another. Returns the
-    round (``round_(t)``), whose ``state["x"]`` is the model after the latest one."""
+    ``batched``: each group of runs vmapped (``grad_fn`` of the flat parameters, a batch and a row mask), every
+    client padded to the group's largest (the mask keeps the mean over its own rows), the naive way to batch ragged
+    full-batch steps; else one client after another on ``model`` with autograd. Returns the round
+    (``round_(t)``), whose ``state["x"]`` is the model after the latest one."""
     import numpy as np
     import torch
+    import torch.nn.functional as F
     from torch.func import vmap
 
     counts = np.diff(data.offsets.numpy())
@@ -377,16 +381,20 @@ def oracle_floor(data, x, grad_fn, batched: bool, steps: int, lr: float, s: int,
     std = torch.as_tensor(nu * rng.uniform(size=len(counts)), dtype=x.dtype, device=x.device)
     step_all = vmap(grad_fn)
 
+    params = list(model.parameters())
+
     def runs_seq(clients, w):
         out = []
         for c in clients:
             lo, hi = int(data.offsets[c]), int(data.offsets[c + 1])
             xb, yb = data.x[lo:hi], data.y[lo:hi]
-            mask = torch.ones(hi - lo, device=x.device)
-            v = w
+            torch.nn.utils.vector_to_parameters(w.clone(), params)  # the parameters become views of the copy
             for _ in range(steps):
-                v = v - lr * (grad_fn(v, xb, yb, mask) + std[c] * torch.randn_like(v))
-            out.append(v - w)
+                grads = torch.autograd.grad(F.cross_entropy(model(xb), yb), params)
+                with torch.no_grad():
+                    for p, g in zip(params, grads):
+                        p.sub_(lr * (g + std[c] * torch.randn_like(g)))
+            out.append(torch.nn.utils.parameters_to_vector(params).detach() - w)
         return torch.stack(out)
 
     def runs_vmap(clients, w):

@@ -332,6 +332,11 @@ PAPERS: Dict[str, List[Section]] = {
         # p of Cor. 4.9 against the sequential {0,1} (tau = 2) and {0,0,1} (tau = 3)
         Section("a20_schedules", "fedamd_fmnist_small", "algo", FEDAMD_SCHEDULES, trials=6,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY),
+        # the same on two tuning seeds: a20_schedules' one-seed choice for the sequential {0,1} diverged on every
+        # final seed, FedAMD's on one (its seed-100 trials are copied)
+        Section("a20_schedules_2seeds", "fedamd_fmnist_small", "algo", FEDAMD_SCHEDULES, trials=6,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, space=FEDAMD_SUBGRID, tune_seeds="100,101",
+                tiny=FEDAMD_TINY, reuse=["a20_schedules"]),
     ],
     "gradma": [
         # the paper's eta_l grid at eta_g = 1 (3 of its 9 points; FedDyn's alpha drawn with it)
