@@ -108,7 +108,7 @@ def test_sweep_group_ignores_seed():
 
 @pytest.mark.parametrize("args, expected", [
     (["algo=nope"], "Unknown option 'nope' for config group 'algo'. Allowed: amplified_fedavg, bvr_l_sgd, fedadagrad, "
-                    "fedadam, fedamd, fedavg, fedavgm"),
+                    "fedadam, fedamd, fedamd_sequential, fedamd_sequential3, fedavg, fedavgm"),
     (["algo.server_lrr=2"], "Unknown key 'server_lrr' in 'algo'"),
     (["-m", "algo=fedavg,nope"], "Unknown option 'nope'"),
     (["algo.weighting=foo"], "Allowed: uniform, samples"),
