@@ -313,11 +313,15 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
     shapes = [p.shape for p in params]
     sizes = [p.numel() for p in params]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def logits(w, xb):  # the model at the flat parameters w
+        ws = dict(zip(names, [t.view(sh) for t, sh in zip(torch.split(w, sizes), shapes)]))
+        return functional_call(model, ws, (xb,))
+
     selection = cfg.participation.selection
     if selection.kind == "fedsrc_g" and getattr(selection.get("mode"), "name", selection.get("mode")) == "oracle":
         def loss_sum(w, xb, yb, mask):  # a client's mean loss over its real (unmasked) rows
-            ws = dict(zip(names, [t.view(sh) for t, sh in zip(torch.split(w, sizes), shapes)]))
-            losses = F.cross_entropy(functional_call(model, ws, (xb,)), yb, reduction="none")
+            losses = F.cross_entropy(logits(w, xb), yb, reduction="none")
             return (losses * mask).sum() / mask.sum()
 
         step = oracle_floor(data, x, model, grad(loss_sum), batched, steps, lr, s, cfg.client.grad_noise, rng)
@@ -329,8 +333,7 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
         return torch.from_numpy(idx).to(device)
 
     def loss_fn(w, xb, yb):
-        ws = dict(zip(names, [t.view(sh) for t, sh in zip(torch.split(w, sizes), shapes)]))
-        return F.cross_entropy(functional_call(model, ws, (xb,)), yb)
+        return F.cross_entropy(logits(w, xb), yb)
 
     step_all = vmap(grad(loss_fn))
     opt = torch.optim.SGD(params, lr=lr)
@@ -398,12 +401,11 @@ def oracle_floor(data, x, model, grad_fn, batched: bool, steps: int, lr: float, 
         return torch.stack(out)
 
     def runs_vmap(clients, w):
-        width = int(counts[clients].max())
-        rows = torch.arange(width, device=x.device)
-        lo = data.offsets[torch.as_tensor(clients)].to(x.device)
-        mask = (rows < torch.as_tensor(counts[clients], device=x.device)[:, None]).to(x.dtype)
-        idx = torch.minimum(lo[:, None] + rows, lo[:, None] + torch.as_tensor(counts[clients] - 1,
-                                                                                device=x.device)[:, None])
+        n = torch.as_tensor(counts[clients], device=x.device)[:, None]
+        rows = torch.arange(int(n.max()), device=x.device)
+        lo = data.offsets[torch.as_tensor(clients)].to(x.device)[:, None]
+        mask = (rows < n).to(x.dtype)
+        idx = lo + torch.minimum(rows, n - 1)  # padded rows repeat the client's last one (masked out)
         xb, yb = data.x[idx], data.y[idx]
         v = w.expand(len(clients), -1)
         for _ in range(steps):
