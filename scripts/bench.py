@@ -288,7 +288,7 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
     import numpy as np
     import torch
     import torch.nn.functional as F
-    from torch.func import functional_call, grad, vmap
+    from torch.func import functional_call, grad
 
     from fedbench.cli import _compose
     from fedbench.config import register_configs
@@ -306,9 +306,8 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
     model = build_model(cfg.model, data.input_shape, data.num_classes, torch.Generator().manual_seed(0)).to(device)
     params = list(model.parameters())
     x = torch.nn.utils.parameters_to_vector(params).detach()
-    n, s = data.num_clients, cfg.participation.selection.clients_per_round
+    s, rng = cfg.participation.selection.clients_per_round, np.random.default_rng(0)
     steps, b, lr = cfg.client.local_steps, cfg.client.batch_size, cfg.client.lr
-    offsets, rng = data.offsets.numpy(), np.random.default_rng(0)
     names = [k for k, _ in model.named_parameters()]
     shapes = [p.shape for p in params]
     sizes = [p.numel() for p in params]
@@ -325,44 +324,60 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
             return (losses * mask).sum() / mask.sum()
 
         step = oracle_floor(data, x, model, grad(loss_sum), batched, steps, lr, s, cfg.client.grad_noise, rng)
-        rate, _ = _median_rate(step, rounds, reps, sync)
-        return {"rounds_per_s": rate, "peak_rss_mb": _rss_mb()}
+    else:
+        def loss_fn(w, xb, yb):
+            return F.cross_entropy(logits(w, xb), yb)
 
-    def batch_idx(clients):
-        idx = np.stack([rng.integers(offsets[c], offsets[c + 1], (steps, b)) for c in clients])
-        return torch.from_numpy(idx).to(device)
+        step = fedavg_floor(data, x, model, grad(loss_fn), batched, steps, b, lr, s, rng)
+    rate, _ = _median_rate(step, rounds, reps, sync)
+    return {"rounds_per_s": rate, "peak_rss_mb": _rss_mb()}
 
-    def loss_fn(w, xb, yb):
-        return F.cross_entropy(logits(w, xb), yb)
 
-    step_all = vmap(grad(loss_fn))
+def fedavg_floor(data, x, model, grad_fn, batched: bool, steps: int, b: int, lr: float, s: int, rng) -> Callable:
+    """A FedAvg round in plain PyTorch: S of N clients drawn uniformly without replacement, each runs ``steps`` SGD
+    steps of ``b`` rows drawn with replacement from its own, x += (1/S) sum Delta_i (FedAvg, McMahan et al. 2017,
+    Alg. 1, with equal weights and a server step of 1). ``batched``: the S runs vmapped (``grad_fn`` of the flat parameters and a batch); else one
+    client after another on ``model`` with torch.optim.SGD. Returns the round (``round_(t)``), whose ``state["x"]``
+    is the model after the latest one."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from torch.func import vmap
+
+    n, offsets = len(data.offsets) - 1, np.asarray(data.offsets)
+    params = list(model.parameters())
     opt = torch.optim.SGD(params, lr=lr)
+    step_all = vmap(grad_fn)
+    state = {"x": x}
+
+    def draw():  # the clients and each one's batches, (S, steps, b) row indices
+        clients = rng.choice(n, s, replace=False)
+        idx = np.stack([rng.integers(offsets[c], offsets[c + 1], (steps, b)) for c in clients])
+        return torch.from_numpy(idx).to(x.device)
 
     def round_seq(t):
-        nonlocal x
-        clients = rng.choice(n, s, replace=False)
-        idx = batch_idx(clients)
-        acc = torch.zeros_like(x)
+        w, idx = state["x"], draw()
+        acc = torch.zeros_like(w)
         for i in range(s):
-            torch.nn.utils.vector_to_parameters(x.clone(), params)  # (views of the copy: x stays the round's start)
+            torch.nn.utils.vector_to_parameters(w.clone(), params)  # (views of the copy: w stays the round's start)
             for k in range(steps):
                 opt.zero_grad(set_to_none=True)
                 F.cross_entropy(model(data.x[idx[i, k]]), data.y[idx[i, k]]).backward()
                 opt.step()
-            acc += torch.nn.utils.parameters_to_vector(params).detach() - x
-        x = x + acc / s
+            acc += torch.nn.utils.parameters_to_vector(params).detach() - w
+        state["x"] = w + acc / s
 
     def round_vmap(t):
-        nonlocal x
-        idx = batch_idx(rng.choice(n, s, replace=False))
+        w, idx = state["x"], draw()
         X, Y = data.x[idx], data.y[idx]
-        P = x.unsqueeze(0).repeat(s, 1)
+        P = w.unsqueeze(0).repeat(s, 1)
         for k in range(steps):
             P = P - lr * step_all(P, X[:, k], Y[:, k])
-        x = (P - x).mean(0) + x
+        state["x"] = (P - w).mean(0) + w
 
-    rate, _ = _median_rate(round_vmap if batched else round_seq, rounds, reps, sync)
-    return {"rounds_per_s": rate, "peak_rss_mb": _rss_mb()}
+    round_ = round_vmap if batched else round_seq
+    round_.state = state  # the model after the latest round
+    return round_
 
 
 def oracle_floor(data, x, model, grad_fn, batched: bool, steps: int, lr: float, s: int, nu: float,

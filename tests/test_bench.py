@@ -53,6 +53,50 @@ def test_the_oracle_floor_is_fedsrc_g_in_plain_pytorch():
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
+def test_the_fedavg_floor_is_fedavg_in_plain_pytorch():
+    """The FedAvg floor's round, sequential (autograd on the model, torch.optim.SGD) and vmapped, gives the same model
+    on the same draws; and with S = 1 client and one step it is x - lr * grad by hand, the softmax cross-entropy's
+    gradient (p - onehot)^T X / b of a linear model, on rows an identically seeded generator draws. (A sequential
+    floor that trained x in place, so that every Delta_i was 0, fails both.)"""
+    code = (
+        "import sys; sys.path.insert(0, 'scripts'); import bench, numpy as np, torch\n"
+        "import torch.nn.functional as F\n"
+        "from torch.func import grad\n"
+        "from types import SimpleNamespace\n"
+        "torch.manual_seed(0)\n"
+        "sizes = [3, 9, 5, 2]\n"
+        "off = torch.tensor(np.concatenate([[0], np.cumsum(sizes)]))\n"
+        "data = SimpleNamespace(offsets=off, x=torch.randn(int(off[-1]), 4), y=torch.randint(0, 3, (int(off[-1]),)))\n"
+        "def loss(w, xb, yb):\n"
+        "    return F.cross_entropy(xb @ w.view(3, 4).T, yb)\n"
+        "def floor(batched, steps, s, x0):\n"
+        "    model = torch.nn.Linear(4, 3, bias=False)\n"
+        "    return bench.fedavg_floor(data, x0.clone(), model, grad(loss), batched, steps, 2, 0.1, s,\n"
+        "                              np.random.default_rng(0))\n"
+        "x0 = torch.randn(12)\n"
+        "out = []\n"
+        "for batched in (False, True):\n"
+        "    step = floor(batched, 3, 2, x0)\n"
+        "    step(0); step(1)\n"
+        "    out.append(step.state['x'])\n"
+        "assert (out[0] - x0).abs().sum() > 0, out\n"
+        "torch.testing.assert_close(out[0], out[1], rtol=0, atol=1e-6)\n"
+        "rng = np.random.default_rng(0)\n"
+        "c = rng.choice(4, 1, replace=False)[0]\n"
+        "rows = rng.integers(int(off[c]), int(off[c + 1]), (1, 2))[0]\n"
+        "X, Y = data.x[rows], data.y[rows]\n"
+        "W = x0.view(3, 4)\n"
+        "P = torch.softmax(X @ W.T, 1) - F.one_hot(Y, 3).to(X.dtype)\n"
+        "want = (W - 0.1 * P.T @ X / 2).reshape(-1)\n"
+        "for batched in (False, True):\n"
+        "    step = floor(batched, 1, 1, x0)\n"
+        "    step(0)\n"
+        "    torch.testing.assert_close(step.state['x'], want, rtol=0, atol=1e-6)\n"
+        "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
 def test_sweep_split_times_a_packed_sweep_in_parts():
     """--split's worker on a tiny packed sweep (MLP on digits: the cohort runner packs it on a CPU): the packs'
     training and the evaluations are timed, and the parts fit in the whole."""
