@@ -90,5 +90,14 @@ class FlatModel:
         for p, v in zip(self.param_tensors, self.views(vec)):
             p.grad = v.detach().clone()
 
+    def add_grad(self, vec: torch.Tensor) -> None:
+        """Add a flat (d,) vector to the gradients in place, parameter by parameter (a parameter that got no
+        gradient gets its slice): ``set_grad(grad() + vec)`` without the two flat copies."""
+        for p, v in zip(self.param_tensors, self.views(vec)):
+            if p.grad is None:
+                p.grad = v.detach().clone()
+            else:
+                p.grad.add_(v)
+
     def grads(self) -> list[torch.Tensor]:
         return [p.grad for p in self.param_tensors]

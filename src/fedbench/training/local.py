@@ -44,6 +44,11 @@ class LocalModule(L.LightningModule):
             m.generator = gen
 
     @property
+    def has_dropout(self) -> bool:
+        """Whether the model draws dropout masks (else no dropout stream need be derived)."""
+        return bool(self._dropouts)
+
+    @property
     def dropout_generator(self) -> Optional[torch.Generator]:
         return self._dropouts[0].generator if self._dropouts else None
 
@@ -59,10 +64,10 @@ class LocalModule(L.LightningModule):
         return run.hook.loss(ctx) if run.hook is not None else ctx.loss()
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        if self.run.noise is not None:
+        if self.run.noise is not None:  # g <- g + std z, z ~ N(0, I_d) from the run's noise stream
             std, gen = self.run.noise
-            g = self.flat.grad()
-            self.flat.set_grad(g + std * torch.randn(g.shape, generator=gen).to(g.device, g.dtype))
+            p = self.flat.params
+            self.flat.add_grad(std * torch.randn(p.shape, generator=gen).to(p.device, p.dtype))
         if self.run.hook is not None:
             self.run.hook.grad(self._ctx)
         object.__setattr__(self, "_ctx", None)

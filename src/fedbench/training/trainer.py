@@ -85,7 +85,8 @@ class ClientTrainer:
         """Run ``steps`` local SGD steps of ``client`` from ``start`` under ``hook``; return delta = y - start.
         ``lr`` and ``batch_size`` override the round's learning rate and ``client.batch_size``."""
         batches = self.batches(rc, client, steps, batch_size)
-        self.runner.module.set_dropout_generator(torch_rng(self.seed, "dropout", rc.round, client))
+        if self.runner.module.has_dropout:
+            self.runner.module.set_dropout_generator(torch_rng(self.seed, "dropout", rc.round, client))
         run = LocalRun(start, hook, self.cost, noise=self.noise_stream(rc, client))
         loss = self.runner.run(run, self.buffers, batches, rc.lr if lr is None else lr)
         flat = self.runner.module.flat
