@@ -19,6 +19,24 @@ def test_flat_params_are_views(tiny_cfg, tmp_path):
     assert flat.dim == sum(p.numel() for p in sim.module.parameters())
 
 
+def test_add_grad_adds_in_place_and_fills_a_missing_gradient():
+    """FlatModel.add_grad: g_p += vec's slice for every parameter that has a gradient (the same tensor, changed in
+    place), and a parameter without one gets its slice; equal bit for bit to set_grad(grad() + vec)."""
+    from fedbench.training.flat import FlatModel
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    flat = FlatModel(model)
+    model[0](torch.randn(5, 3)).square().sum().backward()  # the second layer gets no gradient
+    before = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    want = flat.grad() + (vec := torch.randn(flat.dim))
+    first = model[0].weight.grad
+    flat.add_grad(vec)
+    assert model[0].weight.grad is first  # in place
+    assert torch.equal(flat.grad(), want)
+    assert before[2] is None and torch.equal(model[1].weight.grad, flat.view(model[1].weight, vec))
+
+
 @pytest.mark.parametrize("model", ["logreg", "cnn_fmnist", "mlp"])
 def test_thin_and_lightning_runners_agree_exactly(tiny_cfg, tmp_path, model):
     extra = ("model.batch_norm=true",) if model == "mlp" else ()
