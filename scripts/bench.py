@@ -336,9 +336,9 @@ def floor_variant(overrides: list, batched: bool, rounds: int, reps: int) -> dic
 def fedavg_floor(data, x, model, grad_fn, batched: bool, steps: int, b: int, lr: float, s: int, rng) -> Callable:
     """A FedAvg round in plain PyTorch: S of N clients drawn uniformly without replacement, each runs ``steps`` SGD
     steps of ``b`` rows drawn with replacement from its own, x += (1/S) sum Delta_i (FedAvg, McMahan et al. 2017,
-    Alg. 1, with equal weights and a server step of 1). ``batched``: the S runs vmapped (``grad_fn`` of the flat parameters and a batch); else one
-    client after another on ``model`` with torch.optim.SGD. Returns the round (``round_(t)``), whose ``state["x"]``
-    is the model after the latest one."""
+    Alg. 1, with equal weights and a server step of 1). ``batched``: the S runs vmapped (``grad_fn`` of the flat
+    parameters and a batch); else one client after another on ``model`` with torch.optim.SGD. Returns the round
+    (``round_(t)``), whose ``state["x"]`` is the model after the latest one."""
     import numpy as np
     import torch
     import torch.nn.functional as F

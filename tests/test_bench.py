@@ -6,6 +6,23 @@ import sys
 
 from conftest import ROOT
 
+#: the floors' tests' data: 4 clients of 3, 9, 5 and 2 rows (4 features, 3 classes) as FederatedData lays them out
+RAGGED = (
+    "import sys; sys.path.insert(0, 'scripts'); import bench, numpy as np, torch\n"
+    "import torch.nn.functional as F\n"
+    "from torch.func import grad\n"
+    "from types import SimpleNamespace\n"
+    "torch.manual_seed(0)\n"
+    "sizes = [3, 9, 5, 2]\n"
+    "off = torch.tensor(np.concatenate([[0], np.cumsum(sizes)]))\n"
+    "data = SimpleNamespace(offsets=off, x=torch.randn(int(off[-1]), 4), y=torch.randint(0, 3, (int(off[-1]),)))\n"
+)
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter at the repository root (scripts/bench.py puts src/ first on sys.path)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+
 
 def test_bench_quick_runs_and_reports_every_variant(tmp_path):
     out = tmp_path / "bench.json"
@@ -25,15 +42,7 @@ def test_bench_quick_runs_and_reports_every_variant(tmp_path):
 def test_the_oracle_floor_is_fedsrc_g_in_plain_pytorch():
     """The floor's FedSRC-G round, sequential and vmapped with padding, gives the same model (same draws) and
     moves it: the batched floor is the same arithmetic, not a cheaper one."""
-    code = (
-        "import sys; sys.path.insert(0, 'scripts'); import bench, numpy as np, torch\n"
-        "import torch.nn.functional as F\n"
-        "from torch.func import grad\n"
-        "from types import SimpleNamespace\n"
-        "torch.manual_seed(0)\n"
-        "sizes = [3, 9, 5, 2]\n"
-        "off = torch.tensor(np.concatenate([[0], np.cumsum(sizes)]))\n"
-        "data = SimpleNamespace(offsets=off, x=torch.randn(int(off[-1]), 4), y=torch.randint(0, 3, (int(off[-1]),)))\n"
+    code = RAGGED + (
         "def loss(w, xb, yb, mask):\n"
         "    ls = F.cross_entropy(xb @ w.view(3, 4).T, yb, reduction='none')\n"
         "    return (ls * mask).sum() / mask.sum()\n"
@@ -49,7 +58,7 @@ def test_the_oracle_floor_is_fedsrc_g_in_plain_pytorch():
         "assert out[0].abs().sum() > 0, out\n"
         "torch.testing.assert_close(out[0], out[1], rtol=0, atol=1e-6)\n"
         "print('ok')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = _python(code)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
@@ -58,15 +67,7 @@ def test_the_fedavg_floor_is_fedavg_in_plain_pytorch():
     on the same draws; and with S = 1 client and one step it is x - lr * grad by hand, the softmax cross-entropy's
     gradient (p - onehot)^T X / b of a linear model, on rows an identically seeded generator draws. (A sequential
     floor that trained x in place, so that every Delta_i was 0, fails both.)"""
-    code = (
-        "import sys; sys.path.insert(0, 'scripts'); import bench, numpy as np, torch\n"
-        "import torch.nn.functional as F\n"
-        "from torch.func import grad\n"
-        "from types import SimpleNamespace\n"
-        "torch.manual_seed(0)\n"
-        "sizes = [3, 9, 5, 2]\n"
-        "off = torch.tensor(np.concatenate([[0], np.cumsum(sizes)]))\n"
-        "data = SimpleNamespace(offsets=off, x=torch.randn(int(off[-1]), 4), y=torch.randint(0, 3, (int(off[-1]),)))\n"
+    code = RAGGED + (
         "def loss(w, xb, yb):\n"
         "    return F.cross_entropy(xb @ w.view(3, 4).T, yb)\n"
         "def floor(batched, steps, s, x0):\n"
@@ -93,7 +94,7 @@ def test_the_fedavg_floor_is_fedavg_in_plain_pytorch():
         "    step(0)\n"
         "    torch.testing.assert_close(step.state['x'], want, rtol=0, atol=1e-6)\n"
         "print('ok')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = _python(code)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
@@ -104,7 +105,7 @@ def test_sweep_split_times_a_packed_sweep_in_parts():
         "import json, sys; sys.path.insert(0, 'scripts'); import bench\n"
         "bench.SWEEPS['T'] = [*bench.QUICK['Q-mlp'], 'rounds=4', 'eval_every=2', 'client.lr=0.05,0.1', 'seed=0']\n"
         "print(json.dumps(bench.sweep_split('T', [])))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = _python(code)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     split = json.loads(proc.stdout.strip().splitlines()[-1])
     assert split["train_s"] > 0 and split["evaluation_s"] > 0 and split["evaluations"] >= 4
@@ -120,6 +121,6 @@ def test_sweep_split_refuses_a_sweep_whose_jobs_no_pack_trains():
         "bench.SWEEPS['T'] = [*bench.QUICK['Q-mlp'], 'rounds=2', 'eval_every=2', 'client.lr=0.05', 'seed=0',\n"
         "                     'engine.client_runner=thin']\n"
         "bench.sweep_split('T', [])\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = _python(code)
     assert proc.returncode != 0
     assert "T: no pack trained" in proc.stderr and "engine.client_runner=vmap" in proc.stderr
