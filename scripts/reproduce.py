@@ -337,6 +337,11 @@ PAPERS: Dict[str, List[Section]] = {
         Section("a20_schedules_2seeds", "fedamd_fmnist_small", "algo", FEDAMD_SCHEDULES, trials=6,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, space=FEDAMD_SUBGRID, tune_seeds="100,101",
                 tiny=FEDAMD_TINY, reuse=["a20_schedules"]),
+        # Cor. 4.7 to the issue's budget: a20_schedules_2seeds' choices (both sequential schedules at the grid's
+        # smallest step, still rising at round 150) to 500 rounds, with the constant p and FedAvg it compared
+        Section("a20_schedules_2seeds_500", "fedamd_fmnist_small", "algo", FEDAMD_SCHEDULES, trials=6,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, after="a20_schedules_2seeds",
+                overrides=["rounds=500", "checkpoint_every=50"], space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY),
     ],
     "gradma": [
         # the paper's eta_l grid at eta_g = 1 (3 of its 9 points; FedDyn's alpha drawn with it)
