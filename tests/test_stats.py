@@ -108,3 +108,54 @@ def test_the_global_training_loss_is_tabulated_compared_lower_is_better_and_draw
     out = report([plain])
     assert "global" not in (out / "results.md").read_text() + (out / "comparisons.md").read_text()
     assert Image.open(out / "curves_round.png").size[0] == pytest.approx(with_panel * 3 / 4, rel=0.02)
+
+
+def test_paired_costs_censor_a_missed_target_at_the_budget_hand_computed():
+    nan = math.nan
+    # seeds: both reached (d = -50, -60); A missed it within 500 after B reached it at 300 (d >= 200, at its bound);
+    # neither reached it (undecided); A stopped at 80 before B reached it at 100 (sign unknown: undecided)
+    c = stats.paired_costs([100, 200, nan, nan, nan], [500, 500, 500, 500, 80],
+                           [150, 260, 300, nan, 100], [500, 500, 500, 500, 500], ("A", "B"))
+    assert (c.paired.n, c.censored, c.undecided) == (3, (1, 0), 2)
+    assert c.paired.mean == pytest.approx((-50 - 60 + 200) / 3)
+    assert c.paired.p_improvement == pytest.approx(1 / 3)  # A cost more on one seed of three
+    assert c.paired.verdict == "not distinguishable at n=3"
+    assert c.row()["censored_a"] == 1 and c.row()["undecided"] == 2
+    # A is cheaper by 90-110 on four seeds; on the fifth it missed the target within 125, B reached it at 120: the
+    # bound (+5) leaves A's lead a verdict, but the seed's true difference may be any size, so it is withheld
+    lead = [100, 100, 100, 100]
+    held = stats.paired_costs(lead + [nan], [300] * 4 + [125], [200, 210, 190, 205, 120], [300] * 5, ("A", "B"))
+    assert stats.paired(lead + [125], [200, 210, 190, 205, 120], ("B", "A")).verdict == "A better"
+    assert held.paired.verdict == "not decided: 1 censored seed(s) favour B"
+    # a censored seed on the side of the verdict (B missed it within 300, A reached it at 100) leaves it standing
+    kept = stats.paired_costs(lead + [100], [300] * 5, [200, 210, 190, 205, nan], [300] * 5, ("A", "B"))
+    assert kept.censored == (0, 1) and kept.paired.mean == pytest.approx((-100 - 110 - 90 - 105 - 200) / 5)
+    assert kept.paired.verdict == "A cheaper"
+    assert stats.paired_costs([nan], [10], [nan], [10]).paired.verdict == "no shared seeds"
+
+
+def test_report_compares_costs_to_a_target_with_censored_seeds(tmp_path):
+    root = tmp_path / "sweep"
+    # to 0.7 (evaluations at rounds 10-40): fast reaches it at round 20 on every seed; slow at 30, 40 and never (its
+    # seed 2 is censored at its budget, round 40, after fast reached it); to 0.5 both at round 10 (a tie)
+    accs = {"fast": [[0.5, 0.7, 0.75, 0.8]] * 3, "slow": [[0.5, 0.6, 0.7, 0.72], [0.5, 0.6, 0.65, 0.7],
+                                                     [0.5, 0.6, 0.65, 0.66]]}
+    k = 0
+    for algo, runs in accs.items():
+        for seed, acc in enumerate(runs):
+            write_fake_run(root / str(k), algo, seed, acc)
+            k += 1
+    out = report([root])
+    text = (out / "comparisons.md").read_text()
+    assert "## Cost to a target" in text and "censored at its budget" in text
+    rows = {r.split("|")[3].strip(): [c.strip() for c in r.split("|")[1:-1]] for r in text.splitlines()
+            if r.startswith("| algo=fast") and " to 0." in r}
+    assert rows["rounds to 0.7"][3:6] == ["3", "0 / 1", "0"]  # seeds, censored A / B, undecided
+    # (20 - 30 + 20 - 40 + 20 - 40) / 3, slow's seed 2 at its bound; its interval: the bootstrap's
+    assert rows["rounds to 0.7"][6] == "−16.7 [−20, −10]" and rows["rounds to 0.7"][8] == "algo=fast cheaper"
+    assert rows["gradient evaluations to 0.7"][6].startswith("−2,670 [")  # 160 gradients a round
+    assert rows["rounds to 0.5"][6] == "+0 [+0, +0]" and "not distinguishable" in rows["rounds to 0.5"][8]
+    costs = json.loads((out / "report.json").read_text())["cost_comparisons"]
+    seven = next(c for c in costs if c["score"] == "rounds to 0.7")
+    assert seven["mean_diff"] == pytest.approx(-50 / 3) and seven["censored_b"] == 1 and seven["seeds"] == [0, 1, 2]
+    assert "Cost to a target" in (out / "index.html").read_text()

@@ -14,7 +14,9 @@ test loss and training loss against rounds, gradient evaluations and floats comm
 band of ±1 std, distinct line styles and markers for black-and-white print; where runs evaluated it
 (``engine.eval_train``), a fourth panel, the global training loss, which the tables and paired comparisons give
 too: the training loss above is the participants' own during their local steps), ``results.md``, ``results.tex``,
-``participation.md`` with each group's seed-0 trace image, ``report.json`` and ``index.html``.
+``participation.md`` with each group's seed-0 trace image, ``comparisons.md`` (groups that differ in one key,
+compared seed by seed on each score, and on each cost to each target with a run that missed it censored at its
+budget: ``fedbench.stats``), ``report.json`` and ``index.html``.
 
 A damaged run (a file missing, truncated, not UTF-8, or not what it claims: ``load_run``) is left out and listed
 under "Unreadable runs" with the reason, in every file and on stderr; the exit status is then 1 (0: every run read;
@@ -77,11 +79,11 @@ class Group:
     runs: List[Run] = field(default_factory=list)
     values: Dict[str, object] = field(default_factory=dict)  # the label keys' values
 
-    def by_seed(self, score) -> Dict[int, float]:
+    def by_seed(self, score) -> Dict[int, object]:
         """{seed: score(run)} over the completed runs (the first run of a seed, if one is repeated)."""
-        out: Dict[int, float] = {}
+        out: Dict[int, object] = {}
         for r in self.completed:
-            out.setdefault(r.seed, float(score(r)))
+            out.setdefault(r.seed, score(r))
         return out
 
     @property
@@ -526,27 +528,67 @@ def _html_table(header: List[str], rows: List[List[str]]) -> str:
 _MISSING = ' onerror="this.replaceWith(\'image missing: \' + this.getAttribute(\'src\'))"'
 
 
+def _pairs(groups: List[Group]):
+    """(A, B, the key they differ in, their names) for every pair of groups whose labels differ in exactly one key."""
+    for i, a in enumerate(groups):
+        for b in groups[i + 1:]:
+            differ = [k for k in a.values if a.values.get(k) != b.values.get(k)]
+            if len(differ) == 1:
+                key = differ[0]
+                yield a, b, key, (f"{_short(key)}={a.values[key]}", f"{_short(key)}={b.values[key]}")
+
+
 def comparisons(groups: List[Group]) -> List[dict]:
     """Every pair of groups whose labels differ in exactly one key, compared on each score over the seeds both
     completed (``fedbench.stats.paired``)."""
     rows = []
-    for i, a in enumerate(groups):
-        for b in groups[i + 1:]:
-            differ = [k for k in a.values if a.values.get(k) != b.values.get(k)]
-            if len(differ) != 1:
+    for a, b, key, names in _pairs(groups):
+        for score, fn, higher_better in SCORES:
+            if not higher_better and not all(math.isfinite(fn(r)) for r in a.completed + b.completed):
                 continue
-            key = differ[0]
-            short = _short(key)
-            names = (f"{short}={a.values[key]}", f"{short}={b.values[key]}")
-            for score, fn, higher_better in SCORES:
-                if not higher_better and not all(math.isfinite(fn(r)) for r in a.completed + b.completed):
-                    continue
-                seeds, x, y = stats.shared_seeds(a.by_seed(fn), b.by_seed(fn))
-                # a loss: the verdict names the group whose loss is lower (A - B stays the raw difference)
-                result = stats.paired(x, y, names if higher_better else names[::-1])
-                rows.append({"a": a.label, "b": b.label, "differ": key, "score": score, "seeds": seeds,
-                             **result.row(), "ci": stats.fmt_ci(result)})
+            seeds, x, y = stats.shared_seeds(a.by_seed(fn), b.by_seed(fn))
+            # a loss: the verdict names the group whose loss is lower (A - B stays the raw difference)
+            result = stats.paired(x, y, names if higher_better else names[::-1])
+            rows.append({"a": a.label, "b": b.label, "differ": key, "score": score, "seeds": seeds,
+                         **result.row(), "ci": stats.fmt_ci(result)})
     return rows
+
+
+def cost_to(run: Run, target: float, axis: str) -> Tuple[float, float]:
+    """(what ``run`` had spent on ``axis`` at its first evaluation at or above ``target``, nan if none; what it
+    had spent at its last evaluation: the budget beyond which an unreached target's cost is censored)."""
+    i = first_reaching(run, target)
+    values = run.metrics[axis]
+    return (math.nan if i is None else float(values[i])), float(values[-1])
+
+
+def cost_comparisons(groups: List[Group], targets: Sequence[float]) -> List[dict]:
+    """The pairs of ``comparisons`` on each cost to each target (lower is better) where a run of either group
+    reached it, over the seeds both completed (``fedbench.stats.paired_costs``: a run that never reached the
+    target is censored at its budget)."""
+    rows = []
+    for a, b, key, names in _pairs(groups):
+        for t in targets:
+            if not any(first_reaching(r, t) is not None for r in a.completed + b.completed):
+                continue
+            for axis, axis_label in AXES:
+                if not all(axis in r.metrics for r in a.completed + b.completed):
+                    continue
+                seeds, x, y = stats.shared_seeds(*(g.by_seed(lambda r: cost_to(r, t, axis)) for g in (a, b)))
+                result = stats.paired_costs([c for c, _ in x], [L for _, L in x], [c for c, _ in y],
+                                            [L for _, L in y], names)
+                rows.append({"a": a.label, "b": b.label, "differ": key, "score": f"{axis_label} to {t:g}",
+                             "target": t, "axis": axis, "seeds": seeds, **result.row(),
+                             "ci": _cost_ci(result.paired)})
+    return rows
+
+
+def _cost_ci(p: stats.Paired) -> str:
+    """A cost difference and its interval with ``_num``'s digits ("—" without a decided seed)."""
+    if p.n == 0:
+        return "—"
+    num = lambda v: ("+" if v >= 0 else "−") + _num(abs(v), 3)  # noqa: E731
+    return num(p.mean) if math.isnan(p.low) else f"{num(p.mean)} [{num(p.low)}, {num(p.high)}]"
 
 
 def aggregate(groups: List[Group], key: Optional[str]) -> List[dict]:
@@ -561,7 +603,23 @@ def aggregate(groups: List[Group], key: Optional[str]) -> List[dict]:
             for v, xs in values.items()]
 
 
-def _comparisons_md(rows: List[dict], agg: List[dict]) -> str:
+#: how the cost comparisons read (comparisons.md and index.html)
+COSTS_NOTE = ("The same pairs on the cost to each target a run of either group reached (lower is better; the verdict "
+              "names the cheaper). A run that never reached the target is censored at its budget, what it had spent "
+              "at its last evaluation: on a seed where the other run reached the target within that budget the "
+              "difference enters at its bound (it understates the advantage of the run that reached it); on a seed "
+              "where neither did, or the censored run stopped first, the sign is unknown and the seed is left out "
+              "(undecided). A verdict against a censored seed is withheld. P(A > B): the share of seeds where A "
+              "cost more.")
+COST_COLUMNS = ["A", "B", "cost", "seeds", "censored A / B", "undecided", "A − B [95% CI]", "P(A > B)", "verdict"]
+
+
+def _cost_cells(r: dict) -> List[str]:
+    return [r["a"], r["b"], r["score"], str(r["n"]), f"{r['censored_a']} / {r['censored_b']}", str(r["undecided"]),
+            r["ci"], "—" if r["n"] == 0 else f"{r['p_improvement']:.2f}", r["verdict"]]
+
+
+def _comparisons_md(rows: List[dict], agg: List[dict], costs: Sequence[dict] = ()) -> str:
     lines = ["# Paired comparisons", "",
              "Groups that differ in one key, compared seed by seed (the same seed: the same partition and "
              "participation trace). Mean paired difference A − B with its 95 % bootstrap CI over the shared seeds, "
@@ -576,6 +634,10 @@ def _comparisons_md(rows: List[dict], agg: List[dict]) -> str:
         lines.append(f"| {r['a']} | {r['b']} | {r['score']} | {r['n']} | {r['ci']} | {p} | {r['verdict']} |")
     if not rows:
         lines.append("| — | — | — | — | — | — | no two groups differ in exactly one key |")
+    if costs:
+        lines += ["", "## Cost to a target", "", COSTS_NOTE, "", "| " + " | ".join(COST_COLUMNS) + " |",
+                  "|" + "---|" * len(COST_COLUMNS)]
+        lines += ["| " + " | ".join(_cost_cells(r)) + " |" for r in costs]
     if agg:
         lines += ["", f"## Aggregate over all groups, by {agg[0]['key']}", "",
                   "Interquartile mean of the final test accuracy over every completed run (95 % bootstrap CI); "
@@ -631,7 +693,7 @@ def index_html(title: str, rows: List[dict], part: List[dict], targets: Sequence
             f"<h2>Learning curves</h2>{curves}{compared}<h2>Participation</h2>{parts}</body></html>\n")
 
 
-def _compared_html(pairs: List[dict], agg: List[dict]) -> str:
+def _compared_html(pairs: List[dict], agg: List[dict], costs: Sequence[dict] = ()) -> str:
     if not pairs and not agg:
         return ""
     table = _html_table(["A", "B", "score", "seeds", "A − B [95% CI]", "P(A > B)", "verdict"],
@@ -639,9 +701,12 @@ def _compared_html(pairs: List[dict], agg: List[dict]) -> str:
                           "—" if r["n"] == 0 else f"{r['p_improvement']:.2f}", html.escape(r["verdict"])]
                          for r in pairs])
     profile = (f'<img src="profile.png" alt="performance profile" style="max-width:100%"{_MISSING}>' if agg else "")
+    cost_table = (f"<h3>Cost to a target</h3><p>{html.escape(COSTS_NOTE)}</p>"
+                  + _html_table(COST_COLUMNS, [[html.escape(c) for c in _cost_cells(r)] for r in costs])
+                  if costs else "")
     return (f"<h2>Paired comparisons</h2><p>Seed by seed (same partition and trace); 95 % bootstrap CIs over the "
             f"shared seeds; a verdict also needs the paired t-interval to exclude 0 (comparisons.md).</p>"
-            f"{table}{profile}")
+            f"{table}{cost_table}{profile}")
 
 
 def check_options(runs: List[Run], group_by: Optional[Sequence[str]], targets: Optional[Sequence[float]],
@@ -702,18 +767,19 @@ def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequ
     plot_curves(groups, out)
     part = participation_rows(groups, out)
     (out / "participation.md").write_text(_participation_md(part))
-    pairs = comparisons(groups)
+    pairs, costs = comparisons(groups), cost_comparisons(groups, targets)
     varying = [k for k in (groups[0].values if groups else {}) if len({repr(g.values.get(k)) for g in groups}) > 1]
     agg = aggregate(groups, "algo.name" if "algo.name" in varying else (varying[0] if varying else None))
-    (out / "comparisons.md").write_text(_comparisons_md(pairs, agg))
+    (out / "comparisons.md").write_text(_comparisons_md(pairs, agg, costs))
     plot_profile(agg, out)
     (out / "report.json").write_text(json.dumps(strict_json(
         {"targets": list(targets), "groups": [{**r, "members": [str(run.path) for run in g.runs]}
                                               for r, g in zip(rows, groups)],
-         "comparisons": pairs, "aggregate": [{k: v for k, v in a.items() if k != "scores"} for a in agg],
+         "comparisons": pairs, "cost_comparisons": costs,
+         "aggregate": [{k: v for k, v in a.items() if k != "scores"} for a in agg],
          "unreadable": [{"path": str(p), "reason": why} for p, why in unreadable]}), indent=2, allow_nan=False,
         default=str))
-    compared = _compared_html(pairs, agg) + _unreadable_html(unreadable)
+    compared = _compared_html(pairs, agg, costs) + _unreadable_html(unreadable)
     (out / "index.html").write_text(index_html(f"fedbench report: {', '.join(d.name for d in dirs)}",
                                                rows, part, targets, len(runs), compared, drawn_axes(groups)))
 

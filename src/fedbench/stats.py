@@ -7,6 +7,10 @@ trace, so two methods are compared seed by seed.
   names the better method only when the interval excludes 0 *and* so does the paired Student-t interval
   (``scipy.stats.ttest_1samp``): with few seeds the percentile bootstrap is too narrow (with two seeds of the same
   sign its interval never holds 0), and the t-interval is the honest small-sample bound.
+* ``paired_costs``: the same for a cost to a target (rounds, gradients, floats; lower is better) where a run that
+  never reached the target is right-censored at its budget: a seed whose sign is known (one run reached it before the
+  other's budget ended) enters at its bound, a seed whose sign is not is left out, and the verdict stands only if no
+  censored seed goes against it.
 * ``iqm``: the interquartile mean (the mean of the middle 50 % of scores, ``scipy.stats.trim_mean(x, 0.25)``) with
   a bootstrap CI, and ``profile``: the fraction of runs scoring above each threshold -- the aggregate views of
   Agarwal et al., *Deep RL at the Edge of the Statistical Precipice* (NeurIPS 2021), over several experiments.
@@ -53,8 +57,10 @@ def bootstrap_ci(values: Sequence[float], statistic=np.mean, seed: int = 0) -> t
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def paired(a: Sequence[float], b: Sequence[float], names: tuple = ("A", "B"), seed: int = 0) -> Paired:
-    """Compare ``a`` and ``b``, aligned by seed (``a[i]`` and ``b[i]`` share seed i)."""
+def paired(a: Sequence[float], b: Sequence[float], names: tuple = ("A", "B"), seed: int = 0,
+           better: str = "better") -> Paired:
+    """Compare ``a`` and ``b``, aligned by seed (``a[i]`` and ``b[i]`` share seed i); the verdict reads
+    "<name> <better>"."""
     d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
     d = d[np.isfinite(d)]
     if d.size == 0:
@@ -65,12 +71,57 @@ def paired(a: Sequence[float], b: Sequence[float], names: tuple = ("A", "B"), se
     if d.size < 2:
         verdict = "one seed: no interval"
     elif low > 0 and t_low > 0:
-        verdict = f"{names[0]} better"
+        verdict = f"{names[0]} {better}"
     elif high < 0 and t_high < 0:
-        verdict = f"{names[1]} better"
+        verdict = f"{names[1]} {better}"
     else:
         verdict = f"not distinguishable at n={d.size}"
     return Paired(int(d.size), float(d.mean()), low, high, p, verdict)
+
+
+@dataclass
+class PairedCosts:
+    paired: Paired  # over the decided seeds, censored ones at their bounds; the verdict names the cheaper
+    censored: tuple  # (seeds where A did not reach the target, seeds where B did not) among the decided ones
+    undecided: int  # seeds left out: neither reached it, or the censored run stopped before the other reached it
+
+    def row(self) -> dict:
+        return {**self.paired.row(), "censored_a": self.censored[0], "censored_b": self.censored[1],
+                "undecided": self.undecided}
+
+
+def paired_costs(a: Sequence[float], a_budget: Sequence[float], b: Sequence[float], b_budget: Sequence[float],
+                 names: tuple = ("A", "B"), seed: int = 0) -> PairedCosts:
+    """Compare two methods' costs to a target, aligned by seed: ``a[i]`` is A's cost on seed i, nan where A never
+    reached the target, and ``a_budget[i]`` what A had spent at its last evaluation (its cost is then right-censored:
+    beyond the budget). Per seed, d = a - b where both reached the target. Where only B reached it, at cost c, and A
+    ran to a budget L >= c, B is the cheaper on that seed and d enters at its bound L - c (A's true cost lies beyond
+    L, so B's advantage is understated); symmetrically when only A reached it. Where neither reached it, or the
+    censored run stopped before the other reached it (L < c), the sign is unknown and the seed is left out.
+
+    The interval and verdict are ``paired``'s on these values, the verdict naming the cheaper method ("<name>
+    cheaper"). A censored seed's true difference lies further from 0 than its bound, on the side of the method that
+    reached the target, so a verdict against a censored seed could be overturned: it is then withheld."""
+    d_a, d_b = [], []
+    censored, undecided = [0, 0], 0
+    for x, lx, y, ly in zip(*(np.asarray(v, dtype=float) for v in (a, a_budget, b, b_budget))):
+        if math.isfinite(x) and math.isfinite(y):
+            pair = (x, y)
+        elif math.isfinite(y) and lx >= y:  # A censored at lx, after B reached it
+            pair, censored[0] = (lx, y), censored[0] + 1
+        elif math.isfinite(x) and ly >= x:
+            pair, censored[1] = (x, ly), censored[1] + 1
+        else:
+            undecided += 1
+            continue
+        d_a.append(pair[0])
+        d_b.append(pair[1])
+    # lower is better: the verdict "names[1] cheaper" when A - B > 0
+    result = paired(d_a, d_b, names[::-1], seed, better="cheaper")
+    winner = {f"{names[0]} cheaper": 0, f"{names[1]} cheaper": 1}.get(result.verdict)
+    if winner is not None and censored[winner]:  # seeds where the named winner did not reach the target
+        result.verdict = f"not decided: {censored[winner]} censored seed(s) favour {names[1 - winner]}"
+    return PairedCosts(result, tuple(censored), undecided)
 
 
 def t_interval(d: np.ndarray) -> tuple:
