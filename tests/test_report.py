@@ -188,3 +188,44 @@ def test_labels_leave_out_keys_that_come_with_a_nested_option(tmp_path):
     labels = sorted(g.label for g in group_runs(runs))
     assert labels == [f"client.lr={lr}, participation.selection={k}" for lr in (0.1, 0.2)
                       for k in ("fedsrc_d", "uniform")]
+
+
+def test_loss_targets_are_reached_at_or_below_and_compared_paired(tmp_path, capsys):
+    """A loss target (the global training loss, engine.eval_train) is reached at the first evaluation at or below
+    it; by default the runs' own loss_targets; its costs get columns and paired comparisons like an accuracy's."""
+    import yaml
+
+    root = tmp_path / "sweep"
+    # to a loss of 0.8 (evaluations at rounds 10-40): fast at round 20 on every seed, slow at 30, 40, 40
+    losses = {"fast": [[1.5, 0.8, 0.6, 0.5]] * 3, "slow": [[1.5, 1.0, 0.8, 0.7], [1.5, 1.0, 0.9, 0.8],
+                                                       [1.5, 1.1, 0.85, 0.75]]}
+    k = 0
+    for algo, runs in losses.items():
+        for seed, loss in enumerate(runs):
+            _write_run(root / str(k), algo, seed, [0.1, 0.2, 0.3, 0.4], global_loss=loss)
+            config = yaml.safe_load((root / str(k) / "config.yaml").read_text())
+            (root / str(k) / "config.yaml").write_text(yaml.safe_dump({**config, "loss_targets": [0.6, 0.8]}))
+            k += 1
+    out = report([root])
+    rows = {r["group"]: r for r in _parse_md(out / "results.md")}
+    _check(rows["algo=fast"]["rounds to loss 0.8"], [20, 20, 20])
+    _check(rows["algo=slow"]["rounds to loss 0.8"], [30, 40, 40])
+    assert rows["algo=slow"]["rounds to loss 0.6"] == "— (0/3)"
+    assert list(rows["algo=fast"]).index("rounds to loss 0.8") < list(rows["algo=fast"]).index("rounds to loss 0.6")
+    data = json.loads((out / "report.json").read_text())
+    assert data["loss_targets"] == [0.8, 0.6] and data["targets"] == [0.5, 0.7]
+    cost = next(c for c in data["cost_comparisons"] if c["score"] == "rounds to loss 0.8")
+    assert cost["mean_diff"] == pytest.approx(-50 / 3) and cost["verdict"] == "algo=fast cheaper"
+    six = next(c for c in data["cost_comparisons"] if c["score"] == "rounds to loss 0.6")
+    assert six["censored_b"] == 3 and six["mean_diff"] == pytest.approx(-10)  # slow censored at round 40
+    # --loss-targets overrides the runs' own; bad values and runs without the loss are errors, not empty columns
+    assert main([str(root), "--loss-targets", "1.0", "--out", str(tmp_path / "r")]) == 0
+    assert "rounds to loss 1 " in (tmp_path / "r" / "results.md").read_text()
+    plain = tmp_path / "plain"
+    _write_run(plain / "0", "a", 0, [0.1, 0.2, 0.5, 0.6])
+    capsys.readouterr()
+    for args, message in ((["--loss-targets", "0"], "--loss-targets 0: a loss target is a global training loss"),
+                          (["--loss-targets", "nan"], "--loss-targets nan:")):
+        assert main([str(root), *args]) == 2 and message in capsys.readouterr().err
+    assert main([str(plain), "--loss-targets", "0.5"]) == 2
+    assert "no run evaluated the global training loss" in capsys.readouterr().err

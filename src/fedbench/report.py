@@ -1,16 +1,17 @@
 """fedbench-report: read a sweep's run directories and write curves, tables and one HTML page.
 
     python -m fedbench.report outputs/multirun/<date>/<time> [more dirs] [--group-by algo.name ...]
-        [--targets 0.7 0.8] [--out DIR]
+        [--targets 0.7 0.8] [--loss-targets 0.6 0.5] [--out DIR]
 
 A run is a directory holding ``config.yaml`` (outside ``.hydra``) and ``metrics.csv`` / ``summary.json`` /
 ``error.log``. Runs are grouped by every config difference except the seed (``IGNORED``: seeds, logging, resume
 and paths), or by the ``--group-by`` keys. Every number is recomputed from ``metrics.csv`` (``rounds.csv`` for
 participation): a run's final accuracy is its last evaluation, its best the maximum over evaluations, its cost to
-a target the counters of the first evaluation at or above it. Means and standard deviations (sample std, ddof=1)
-are over the group's completed runs; diverged, failed and interrupted runs are listed with their reasons and left
-out of the means. Writes into ``<first dir>/report/`` (or ``--out``): ``curves_<axis>.png/.pdf`` (test accuracy,
-test loss and training loss against rounds, gradient evaluations and floats communicated; mean line and a shaded
+a target the counters of the first evaluation at or above it (at or below it for a loss target: the global
+training loss). Means and standard deviations (sample std, ddof=1) are over the group's completed runs; diverged,
+failed and interrupted runs are listed with their reasons and left out of the means. Writes into
+``<first dir>/report/`` (or ``--out``): ``curves_<axis>.png/.pdf`` (test accuracy, test loss and training loss
+against rounds, gradient evaluations and floats communicated; mean line and a shaded
 band of ±1 std, distinct line styles and markers for black-and-white print; where runs evaluated it
 (``engine.eval_train``), a fourth panel, the global training loss, which the tables and paired comparisons give
 too: the training loss above is the participants' own during their local steps), ``results.md``, ``results.tex``,
@@ -20,7 +21,8 @@ budget: ``fedbench.stats``), ``report.json`` and ``index.html``.
 
 A damaged run (a file missing, truncated, not UTF-8, or not what it claims: ``load_run``) is left out and listed
 under "Unreadable runs" with the reason, in every file and on stderr; the exit status is then 1 (0: every run read;
-2: no report: an option outside its domain, such as a target outside (0, 1] or a key no run has, or no readable run).
+2: no report: an option outside its domain, such as a target outside (0, 1], a loss target no run can reach or a key
+no run has, or no readable run).
 """
 
 from __future__ import annotations
@@ -319,9 +321,25 @@ def mean_std(values: Sequence[float]) -> tuple:
     return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else math.nan, int(v.size)
 
 
-def first_reaching(run: Run, target: float, metric: str = "test_acc") -> Optional[int]:
-    """Row index of the first evaluation with ``metric`` >= target, or None."""
-    hits = np.nonzero(run.metrics.get(metric, np.array([])) >= target)[0]
+@dataclass(frozen=True)
+class Target:
+    """A level a run reaches at its first evaluation with test accuracy at or above ``value`` (``--targets``) or,
+    with ``loss``, with the global training loss at or below it (``--loss-targets``, ``engine.eval_train``)."""
+    value: float
+    loss: bool = False
+
+    @property
+    def key(self) -> str:
+        """How the tables and ``report.json`` name it: "0.7", or "loss 0.7"."""
+        return f"loss {self.value:g}" if self.loss else f"{self.value:g}"
+
+
+def first_reaching(run: Run, target: Target) -> Optional[int]:
+    """Row index of the first evaluation that reaches ``target``, or None."""
+    if target.loss:
+        hits = np.nonzero(run.metrics.get("global_train_loss", np.array([])) <= target.value)[0]
+    else:
+        hits = np.nonzero(run.metrics.get("test_acc", np.array([])) >= target.value)[0]
     return int(hits[0]) if hits.size else None
 
 
@@ -352,7 +370,7 @@ SCORES = (("final test acc", final_acc, True), ("best test acc", best_acc, True)
 LOWER_IS_BETTER = {score for score, _, higher in SCORES if not higher}
 
 
-def group_table(group: Group, targets: Sequence[float]) -> dict:
+def group_table(group: Group, targets: Sequence[Target]) -> dict:
     done = group.completed
     row = {"group": group.label, "runs": len(group.runs), "completed": len(done),
            "final_acc": mean_std([final_acc(r) for r in done]),
@@ -364,7 +382,7 @@ def group_table(group: Group, targets: Sequence[float]) -> dict:
     for t in targets:
         hit = [(r, first_reaching(r, t)) for r in done]
         hit = [(r, i) for r, i in hit if i is not None]
-        row["targets"][f"{t:g}"] = {
+        row["targets"][t.key] = {
             axis: mean_std([float(r.metrics[axis][i]) for r, i in hit if axis in r.metrics])
             for axis, _ in AXES} | {"reached": len(hit)}
     return row
@@ -395,25 +413,26 @@ def _lossy(rows: List[dict]) -> bool:
     return any(r["global_loss"][2] for r in rows)
 
 
-def _columns(targets: Sequence[float], timed: bool = False, lossy: bool = False) -> List[str]:
+def _columns(targets: Sequence[Target], timed: bool = False, lossy: bool = False) -> List[str]:
     cols = ["group", "seeds", "final acc", "best acc"] + (["final global train loss"] if lossy else [])
     for t in targets:
-        cols += [f"rounds to {t:g}", f"grads to {t:g}", f"floats to {t:g}"] + ([f"sim hours to {t:g}"] if timed else [])
+        cols += [f"rounds to {t.key}", f"grads to {t.key}", f"floats to {t.key}"]
+        cols += [f"sim hours to {t.key}"] if timed else []
     return cols + ["wall s", "flags"]
 
 
-def _cells(row: dict, targets: Sequence[float], timed: bool = False, lossy: bool = False) -> List[str]:
+def _cells(row: dict, targets: Sequence[Target], timed: bool = False, lossy: bool = False) -> List[str]:
     cells = [row["group"], f"{row['completed']}/{row['runs']}", _fmt(row["final_acc"]), _fmt(row["best_acc"])]
     cells += [_fmt(row["global_loss"])] if lossy else []
     for t in targets:
-        hit = row["targets"][f"{t:g}"]
+        hit = row["targets"][t.key]
         reach = f" ({hit['reached']}/{row['completed']})" if hit["reached"] < row["completed"] else ""
         cells += [_fmt(hit["round"]) + reach, _fmt(hit["grad_evals"], 3), _fmt(hit["floats"], 3)]
         cells += [_fmt(hit["sim_hours"], 3)] if timed else []
     return cells + [_fmt(row["wall_time"], 3), "; ".join(row["flags"])]
 
 
-def markdown(rows: List[dict], targets: Sequence[float]) -> str:
+def markdown(rows: List[dict], targets: Sequence[Target]) -> str:
     timed, lossy = _timed(rows), _lossy(rows)
     cols = _columns(targets, timed, lossy)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -422,7 +441,7 @@ def markdown(rows: List[dict], targets: Sequence[float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def latex(rows: List[dict], targets: Sequence[float]) -> str:
+def latex(rows: List[dict], targets: Sequence[Target]) -> str:
     def esc(s: str) -> str:
         return re.sub(r"([_%&#$])", r"\\\1", s).replace("±", r"$\pm$").replace("—", "--")
 
@@ -554,7 +573,7 @@ def comparisons(groups: List[Group]) -> List[dict]:
     return rows
 
 
-def cost_to(run: Run, target: float, axis: str) -> Tuple[float, float]:
+def cost_to(run: Run, target: Target, axis: str) -> Tuple[float, float]:
     """(what ``run`` had spent on ``axis`` at its first evaluation at or above ``target``, nan if none; what it
     had spent at its last evaluation: the budget beyond which an unreached target's cost is censored)."""
     i = first_reaching(run, target)
@@ -562,7 +581,7 @@ def cost_to(run: Run, target: float, axis: str) -> Tuple[float, float]:
     return (math.nan if i is None else float(values[i])), float(values[-1])
 
 
-def cost_comparisons(groups: List[Group], targets: Sequence[float]) -> List[dict]:
+def cost_comparisons(groups: List[Group], targets: Sequence[Target]) -> List[dict]:
     """The pairs of ``comparisons`` on each cost to each target (lower is better) where a run of either group
     reached it, over the seeds both completed (``fedbench.stats.paired_costs``: a run that never reached the
     target is censored at its budget)."""
@@ -577,8 +596,8 @@ def cost_comparisons(groups: List[Group], targets: Sequence[float]) -> List[dict
                 seeds, x, y = stats.shared_seeds(*(g.by_seed(lambda r: cost_to(r, t, axis)) for g in (a, b)))
                 result = stats.paired_costs([c for c, _ in x], [L for _, L in x], [c for c, _ in y],
                                             [L for _, L in y], names)
-                rows.append({"a": a.label, "b": b.label, "differ": key, "score": f"{axis_label} to {t:g}",
-                             "target": t, "axis": axis, "seeds": seeds, **result.row(),
+                rows.append({"a": a.label, "b": b.label, "differ": key, "score": f"{axis_label} to {t.key}",
+                             "target": t.value, "loss_target": t.loss, "axis": axis, "seeds": seeds, **result.row(),
                              "ci": _cost_ci(result.paired)})
     return rows
 
@@ -671,7 +690,7 @@ def plot_profile(agg: List[dict], out: Path) -> None:
     plt.close(fig)
 
 
-def index_html(title: str, rows: List[dict], part: List[dict], targets: Sequence[float], n_runs: int,
+def index_html(title: str, rows: List[dict], part: List[dict], targets: Sequence[Target], n_runs: int,
                compared: str = "", axes: Sequence[tuple] = AXES) -> str:
     timed, lossy = _timed(rows), _lossy(rows)
     results = _html_table(_columns(targets, timed, lossy),
@@ -710,12 +729,20 @@ def _compared_html(pairs: List[dict], agg: List[dict], costs: Sequence[dict] = (
 
 
 def check_options(runs: List[Run], group_by: Optional[Sequence[str]], targets: Optional[Sequence[float]],
-                  tuned: Sequence[str]) -> None:
-    """``ReportError`` for a target outside (0, 1] or not finite, or a key that no run's config has."""
+                  tuned: Sequence[str], loss_targets: Optional[Sequence[float]] = None) -> None:
+    """``ReportError`` for a target outside (0, 1] or not finite, a loss target not positive and finite or that no
+    run can reach (none evaluated the global training loss), or a key that no run's config has."""
     for t in targets or ():
         if not (math.isfinite(t) and 0 < t <= 1):
             raise ReportError(f"--targets {t:g}: a target is a test accuracy, a fraction in (0, 1]. Fix: pass "
                               "values such as --targets 0.7 0.8.")
+    for t in loss_targets or ():
+        if not (math.isfinite(t) and t > 0):
+            raise ReportError(f"--loss-targets {t:g}: a loss target is a global training loss, a positive number. "
+                              "Fix: pass values such as --loss-targets 0.7 0.6.")
+    if loss_targets and not any(has_global_loss(r) for r in runs):
+        raise ReportError("--loss-targets: no run evaluated the global training loss, so none can reach a loss "
+                          "target. Fix: run with engine.eval_train=true, or leave --loss-targets out.")
     keys = sorted({k for r in runs for k in r.config})
     for option, given in (("--group-by", group_by or ()), ("--tuned", tuned)):
         for key in given:
@@ -729,11 +756,13 @@ def check_options(runs: List[Run], group_by: Optional[Sequence[str]], targets: O
 
 def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[Sequence[str]] = None,
            targets: Optional[Sequence[float]] = None, tuned: Sequence[str] = (),
-           runs: Optional[List[Run]] = None, unreadable: Sequence[Tuple[Path, str]] = ()) -> Path:
+           runs: Optional[List[Run]] = None, unreadable: Sequence[Tuple[Path, str]] = (),
+           loss_targets: Optional[Sequence[float]] = None) -> Path:
     """Write the report of the runs under ``dirs`` (``runs`` and ``unreadable``: already ``scan``-ned from them);
     return its folder. ``tuned``: keys chosen per group by ``fedbench-tune`` (shown in the labels, not separating
-    groups). Unreadable runs are listed in every file of the report; ``ReportError`` for bad options, no readable
-    run, or a report folder that cannot be written."""
+    groups). ``targets`` (test accuracies) and ``loss_targets`` (global training losses): by default the runs'
+    ``targets`` and ``loss_targets``. Unreadable runs are listed in every file of the report; ``ReportError`` for
+    bad options, no readable run, or a report folder that cannot be written."""
     dirs = [Path(d) for d in dirs]
     for d in dirs:
         if not d.is_dir():
@@ -744,13 +773,18 @@ def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[
         damaged = f" ({len(unreadable)} unreadable: {unreadable[0][0]}: {unreadable[0][1]})" if unreadable else ""
         raise ReportError(f"no runs (folders with config.yaml and metrics.csv or summary.json) under "
                           f"{', '.join(map(str, dirs))}{damaged}. Fix: pass a sweep's output directory.")
-    check_options(runs, group_by, targets, tuned)
+    check_options(runs, group_by, targets, tuned, loss_targets)
     if targets is None:
         targets = sorted({float(t) for r in runs for t in (r.config.get("targets") or [])
                           if isinstance(t, (int, float)) and 0 < t <= 1})
+    if loss_targets is None:  # highest first: the order a falling loss reaches them in
+        loss_targets = sorted({float(t) for r in runs if has_global_loss(r)
+                               for t in (r.config.get("loss_targets") or [])
+                               if isinstance(t, (int, float)) and 0 < t < math.inf}, reverse=True)
+    levels = [Target(float(t)) for t in targets] + [Target(float(t), loss=True) for t in loss_targets]
     out = Path(out) if out else dirs[0] / "report"
     try:
-        _write_report(dirs, out, runs, unreadable, group_by, targets, tuned)
+        _write_report(dirs, out, runs, unreadable, group_by, levels, tuned)
     except OSError as exc:
         raise ReportError(f"cannot write the report in {out}: {exc.strerror or exc}. Fix: pass --out <a folder "
                           "you can write to>.") from None
@@ -758,7 +792,7 @@ def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[
 
 
 def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequence[Tuple[Path, str]],
-                  group_by: Optional[Sequence[str]], targets: Sequence[float], tuned: Sequence[str]) -> None:
+                  group_by: Optional[Sequence[str]], targets: Sequence[Target], tuned: Sequence[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     groups = group_runs(runs, group_by, tuned)
     rows = [group_table(g, targets) for g in groups]
@@ -773,8 +807,8 @@ def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequ
     (out / "comparisons.md").write_text(_comparisons_md(pairs, agg, costs))
     plot_profile(agg, out)
     (out / "report.json").write_text(json.dumps(strict_json(
-        {"targets": list(targets), "groups": [{**r, "members": [str(run.path) for run in g.runs]}
-                                              for r, g in zip(rows, groups)],
+        {"targets": [t.value for t in targets if not t.loss], "loss_targets": [t.value for t in targets if t.loss],
+         "groups": [{**r, "members": [str(run.path) for run in g.runs]} for r, g in zip(rows, groups)],
          "comparisons": pairs, "cost_comparisons": costs,
          "aggregate": [{k: v for k, v in a.items() if k != "scores"} for a in agg],
          "unreadable": [{"path": str(p), "reason": why} for p, why in unreadable]}), indent=2, allow_nan=False,
@@ -806,6 +840,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("dirs", nargs="+", type=Path, help="multirun (or run) directories")
     parser.add_argument("--group-by", nargs="+", metavar="KEY", help="config keys that define a group")
     parser.add_argument("--targets", nargs="+", type=float, help="test-accuracy targets in (0, 1] (default: the runs')")
+    parser.add_argument("--loss-targets", nargs="+", type=float, metavar="LOSS",
+                        help="global-training-loss targets > 0, reached at or below (default: the runs' loss_targets)")
     parser.add_argument("--out", type=Path, help="report folder (default: <first dir>/report)")
     parser.add_argument("--tuned", nargs="+", default=(), metavar="KEY",
                         help="keys tuned per group (fedbench-tune): shown in the labels, not separating groups")
@@ -813,7 +849,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         runs, unreadable = scan([d for d in args.dirs if d.is_dir()])
         out = report(args.dirs, args.out, args.group_by, args.targets, args.tuned, runs=runs,
-                     unreadable=unreadable)
+                     unreadable=unreadable, loss_targets=args.loss_targets)
     except FedbenchError as exc:
         print(f"fedbench-report: error: {exc}", file=sys.stderr)
         return 2
