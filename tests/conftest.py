@@ -260,14 +260,15 @@ def check_evaluation(sim):
 ROUNDS = [10, 20, 30, 40]  # the evaluations of a fake run
 
 
-def write_fake_run(folder, algo, seed, acc, status="completed", reason=None, error=None, lr=0.1, global_loss=None):
+def write_fake_run(folder, algo, seed, acc, status="completed", reason=None, error=None, lr=0.1, global_loss=None,
+                   config=None):
     """A run directory as fedbench writes it (config.yaml, metrics.csv at ROUNDS, rounds.csv, summary.json), or
     one that failed with ``error``: for the report's tests. ``global_loss``: a global_train_loss column (a run with
-    ``engine.eval_train``)."""
+    ``engine.eval_train``); ``config``: more top-level config keys."""
     folder.mkdir(parents=True)
     config = {"seed": seed, "rounds": 40, "targets": [0.5, 0.7], "algo": {"name": algo, "kind": algo, "mu": 0.1 if algo ==
               "fedprox" else None}, "client": {"lr": lr}, "logger": {"wandb": False},
-              "data": {"root": f"/somewhere/{seed}"}, "participation": {"name": "markov"}}
+              "data": {"root": f"/somewhere/{seed}"}, "participation": {"name": "markov"}, **(config or {})}
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     if error:
         (folder / "error.log").write_text(f"Traceback ...\n{error}\n")
@@ -285,3 +286,15 @@ def write_fake_run(folder, algo, seed, acc, status="completed", reason=None, err
         for r in range(1, 41):
             w.writerow([r, 20 + seed, 10, 9 + (r % 2), 1.0])
     (folder / "summary.json").write_text(json.dumps({"status": status, "reason": reason, "wall_time": 60.0 + seed}))
+
+
+def write_fake_sweep(root, runs, **common):
+    """A sweep of ``write_fake_run``s under ``root/0``, ``root/1``, ...: ``runs`` maps each algorithm to its seeds'
+    test-accuracy curves (seed 0 first), each a list, or a dict of ``write_fake_run``'s arguments with ``acc``;
+    ``common``: arguments for every run."""
+    k = 0
+    for algo, seeds in runs.items():
+        for seed, run in enumerate(seeds):
+            args = run if isinstance(run, dict) else {"acc": run}
+            write_fake_run(root / str(k), algo, seed, **{**common, **args})
+            k += 1

@@ -12,7 +12,7 @@ import pytest
 
 from fedbench.report import main, report
 
-from conftest import write_fake_run as _write_run
+from conftest import write_fake_run as _write_run, write_fake_sweep
 
 ACCS = {("fedavg", 0): [0.3, 0.5, 0.6, 0.65], ("fedavg", 1): [0.35, 0.45, 0.62, 0.7],
         ("fedavg", 2): [0.2, 0.55, 0.71, 0.69], ("mifa", 0): [0.4, 0.6, 0.72, 0.8],
@@ -193,19 +193,12 @@ def test_labels_leave_out_keys_that_come_with_a_nested_option(tmp_path):
 def test_loss_targets_are_reached_at_or_below_and_compared_paired(tmp_path, capsys):
     """A loss target (the global training loss, engine.eval_train) is reached at the first evaluation at or below
     it; by default the runs' own loss_targets; its costs get columns and paired comparisons like an accuracy's."""
-    import yaml
-
     root = tmp_path / "sweep"
     # to a loss of 0.8 (evaluations at rounds 10-40): fast at round 20 on every seed, slow at 30, 40, 40
     losses = {"fast": [[1.5, 0.8, 0.6, 0.5]] * 3, "slow": [[1.5, 1.0, 0.8, 0.7], [1.5, 1.0, 0.9, 0.8],
                                                        [1.5, 1.1, 0.85, 0.75]]}
-    k = 0
-    for algo, runs in losses.items():
-        for seed, loss in enumerate(runs):
-            _write_run(root / str(k), algo, seed, [0.1, 0.2, 0.3, 0.4], global_loss=loss)
-            config = yaml.safe_load((root / str(k) / "config.yaml").read_text())
-            (root / str(k) / "config.yaml").write_text(yaml.safe_dump({**config, "loss_targets": [0.6, 0.8]}))
-            k += 1
+    write_fake_sweep(root, {algo: [{"acc": [0.1, 0.2, 0.3, 0.4], "global_loss": loss} for loss in runs]
+                            for algo, runs in losses.items()}, config={"loss_targets": [0.6, 0.8]})
     out = report([root])
     rows = {r["group"]: r for r in _parse_md(out / "results.md")}
     _check(rows["algo=fast"]["rounds to loss 0.8"], [20, 20, 20])

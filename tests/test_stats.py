@@ -11,7 +11,7 @@ from scipy import stats as sps
 from fedbench import stats
 from fedbench.report import report
 
-from conftest import write_fake_run
+from conftest import write_fake_run, write_fake_sweep
 
 
 def test_paired_difference_hand_computed():
@@ -57,11 +57,7 @@ def test_report_writes_paired_comparisons(tmp_path):
     root = tmp_path / "sweep"
     # B beats A by 0.02-0.04 on every seed (paired); C is A plus noise larger than its mean difference
     finals = {"a": [0.60, 0.70, 0.65, 0.62], "b": [0.63, 0.72, 0.69, 0.64], "c": [0.68, 0.61, 0.66, 0.63]}
-    k = 0
-    for algo, accs in finals.items():
-        for seed, acc in enumerate(accs):
-            write_fake_run(root / str(k), algo, seed, [0.1, 0.2, acc - 0.1, acc])
-            k += 1
+    write_fake_sweep(root, {algo: [[0.1, 0.2, acc - 0.1, acc] for acc in accs] for algo, accs in finals.items()})
     out = report([root])
     text = (out / "comparisons.md").read_text()
     rows = {(r.split("|")[1].strip(), r.split("|")[2].strip(), r.split("|")[3].strip()): r for r in
@@ -81,12 +77,9 @@ def test_the_global_training_loss_is_tabulated_compared_lower_is_better_and_draw
     root = tmp_path / "sweep"
     # b's final global loss is 0.05-0.07 below a's on every seed (the accuracies tie); nan rows are skipped
     losses = {"a": [0.90, 0.80, 0.85, 0.95], "b": [0.84, 0.74, 0.79, 0.88]}
-    k = 0
-    for algo, finals in losses.items():
-        for seed, loss in enumerate(finals):
-            write_fake_run(root / str(k), algo, seed, [0.1, 0.2, 0.5, 0.6 + seed / 100],
-                           global_loss=[2.0, 1.5, loss, math.nan if seed == 0 else loss])
-            k += 1
+    write_fake_sweep(root, {algo: [{"acc": [0.1, 0.2, 0.5, 0.6 + seed / 100],
+                                    "global_loss": [2.0, 1.5, loss, math.nan if seed == 0 else loss]}
+                                   for seed, loss in enumerate(finals)] for algo, finals in losses.items()})
     out = report([root])
     rows = {r.split("|")[1].strip(): r for r in (out / "results.md").read_text().splitlines()[2:]}
     assert "| final global train loss |" in (out / "results.md").read_text()
@@ -140,11 +133,7 @@ def test_report_compares_costs_to_a_target_with_censored_seeds(tmp_path):
     # seed 2 is censored at its budget, round 40, after fast reached it); to 0.5 both at round 10 (a tie)
     accs = {"fast": [[0.5, 0.7, 0.75, 0.8]] * 3, "slow": [[0.5, 0.6, 0.7, 0.72], [0.5, 0.6, 0.65, 0.7],
                                                      [0.5, 0.6, 0.65, 0.66]]}
-    k = 0
-    for algo, runs in accs.items():
-        for seed, acc in enumerate(runs):
-            write_fake_run(root / str(k), algo, seed, acc)
-            k += 1
+    write_fake_sweep(root, accs)
     out = report([root])
     text = (out / "comparisons.md").read_text()
     assert "## Cost to a target" in text and "censored at its budget" in text

@@ -633,9 +633,14 @@ COSTS_NOTE = ("The same pairs on the cost to each target a run of either group r
 COST_COLUMNS = ["A", "B", "cost", "seeds", "censored A / B", "undecided", "A − B [95% CI]", "P(A > B)", "verdict"]
 
 
+def _p_cell(r: dict) -> str:
+    """A comparison's P(A > B) ("—" without a shared seed)."""
+    return "—" if r["n"] == 0 else f"{r['p_improvement']:.2f}"
+
+
 def _cost_cells(r: dict) -> List[str]:
     return [r["a"], r["b"], r["score"], str(r["n"]), f"{r['censored_a']} / {r['censored_b']}", str(r["undecided"]),
-            r["ci"], "—" if r["n"] == 0 else f"{r['p_improvement']:.2f}", r["verdict"]]
+            r["ci"], _p_cell(r), r["verdict"]]
 
 
 def _comparisons_md(rows: List[dict], agg: List[dict], costs: Sequence[dict] = ()) -> str:
@@ -649,8 +654,7 @@ def _comparisons_md(rows: List[dict], agg: List[dict], costs: Sequence[dict] = (
         lines[2] += (" On the final global training loss lower is better: the verdict names the group with the "
                      "lower loss, and P(A > B) is the share of seeds where A's loss is the higher.")
     for r in rows:
-        p = "—" if r["n"] == 0 else f"{r['p_improvement']:.2f}"
-        lines.append(f"| {r['a']} | {r['b']} | {r['score']} | {r['n']} | {r['ci']} | {p} | {r['verdict']} |")
+        lines.append(f"| {r['a']} | {r['b']} | {r['score']} | {r['n']} | {r['ci']} | {_p_cell(r)} | {r['verdict']} |")
     if not rows:
         lines.append("| — | — | — | — | — | — | no two groups differ in exactly one key |")
     if costs:
@@ -717,7 +721,7 @@ def _compared_html(pairs: List[dict], agg: List[dict], costs: Sequence[dict] = (
         return ""
     table = _html_table(["A", "B", "score", "seeds", "A − B [95% CI]", "P(A > B)", "verdict"],
                         [[html.escape(r["a"]), html.escape(r["b"]), r["score"], str(r["n"]), r["ci"],
-                          "—" if r["n"] == 0 else f"{r['p_improvement']:.2f}", html.escape(r["verdict"])]
+                          _p_cell(r), html.escape(r["verdict"])]
                          for r in pairs])
     profile = (f'<img src="profile.png" alt="performance profile" style="max-width:100%"{_MISSING}>' if agg else "")
     cost_table = (f"<h3>Cost to a target</h3><p>{html.escape(COSTS_NOTE)}</p>"
