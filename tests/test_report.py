@@ -84,6 +84,8 @@ def test_report_groups_by_config_but_seed_and_recomputes_the_tables(sweep):
     assert r"\begin{tabular}" in tex and r"$\pm$" in tex and "algo=fedavg" in tex
     page = (out / "index.html").read_text()
     assert "curves_round.png" in page and "algo=mifa" in page and "boom" in page
+    # results, paired comparisons, paired costs to a target, participation (the browser test counts them too)
+    assert page.count("<table>") == 4 and "Cost to a target" in page
 
 
 def test_group_by_and_targets_options_and_errors(sweep, tmp_path, capsys):
@@ -163,9 +165,9 @@ def test_index_html_renders_in_a_headless_browser(sweep, tmp_path):
     args = [browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([*args, "--dump-dom", (out / "index.html").as_uri()], capture_output=True, text=True,
                          timeout=120).stdout
-    # results, paired comparisons, participation
-    assert dom.count("<table>") == 3 and "algo=mifa" in dom and "diverged (seed 2)" in dom
-    assert "Paired comparisons" in dom and "not distinguishable at n=2" in dom and "one seed: no interval" in dom
+    # results, paired comparisons, paired costs to a target, participation
+    assert dom.count("<table>") == 4 and "algo=mifa" in dom and "diverged (seed 2)" in dom
+    assert "Paired comparisons" in dom and "Cost to a target" in dom and "not distinguishable at n=2" in dom and "one seed: no interval" in dom
     assert "image missing: profile.png" not in dom
     assert "image missing: curves_floats.png" in dom
     assert "image missing: curves_round.png" not in dom and "image missing: trace_1.png" not in dom
