@@ -364,6 +364,14 @@ PAPERS: Dict[str, List[Section]] = {
         Section("dir0.01_fullgrid_2seeds_ablation", "gradma_cifar10_dir0.01_small", "algo", ["gradma_s", "gradma_w"],
                 trials=9, seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"],
                 tune_seeds="100,101", tiny=GRADMA_TINY),
+        # the same two-seed protocol at Dirichlet 0.1, the claims' methods, then the ablation (GradMA-S's runs copied)
+        Section("dir0.1_fullgrid_2seeds", "gradma_cifar10_dir0.01_small", "algo", GRADMA_CLAIMS, trials=9,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
+                tune_seeds="100,101", tiny=GRADMA_TINY, reuse=["dir0.1_fullgrid"]),
+        Section("dir0.1_fullgrid_2seeds_ablation", "gradma_cifar10_dir0.01_small", "algo", ["gradma_s", "gradma_w"],
+                trials=9, seeds={"small": "0,1,2", "full": "0,1,2"},
+                overrides=["dataset=fmnist", "partition.alpha=0.1"], tune_seeds="100,101", tiny=GRADMA_TINY,
+                reuse=["dir0.1_fullgrid", "dir0.1_fullgrid_2seeds"]),
     ],
 }
 for _paper, _sections in PAPERS.items():
