@@ -6,6 +6,7 @@ import json
 import math
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,6 +154,29 @@ def test_a_torn_last_line_of_a_stopped_run_is_not_damage(tmp_path):
     with open(root / "0" / "metrics.csv", "a") as f:
         f.write("40,0.7")  # the row being written when the run stopped
     assert main([str(root), "--out", str(tmp_path / "r")]) == 0
+
+
+def test_a_seed_run_twice_in_a_group_counts_once_and_the_repeat_is_listed(tmp_path, capsys):
+    """A copy beside its original (fedbench-tune --reuse-runs, two sections reported together) or a rerun of the
+    same configuration weighs one seed, never two, in the means, intervals and pairs."""
+    root = tmp_path / "sweeps"
+    write_fake_sweep(root / "a", {"fedavg": [[0.3, 0.5, 0.6], [0.4, 0.6, 0.8]], "mifa": [[0.4, 0.6, 0.7]] * 2})
+    shutil.copytree(root / "a" / "0", root / "b" / "copy")  # fedavg seed 0, the same metrics
+    _write_run(root / "b" / "rerun", "mifa", 1, [0.2, 0.3, 0.5])  # mifa seed 1 again, other metrics
+    assert main([str(root / "a"), str(root / "b"), "--out", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert "2 run(s) repeat a seed of their group" in err
+    rows = {r["group"]: r for r in _parse_md(tmp_path / "r" / "results.md")}
+    assert rows["algo=fedavg"]["seeds"] == "2/2" and rows["algo=mifa"]["seeds"] == "2/2"
+    _check(rows["algo=fedavg"]["final acc"], [0.6, 0.8])
+    _check(rows["algo=mifa"]["final acc"], [0.7, 0.7])  # the first by path of seed 1 kept, not the rerun
+    listed = {Path(r["path"]).name: r["reason"] for r in json.loads((tmp_path / "r" / "report.json").read_text())
+              ["repeated"]}
+    assert set(listed) == {"copy", "rerun"}
+    assert "the same metrics as" in listed["copy"] and str(root / "a" / "0") in listed["copy"]
+    assert "metrics differ from" in listed["rerun"] and "seed 1 of group algo=mifa" in listed["rerun"]
+    assert "Repeated seeds (left out)" in (tmp_path / "r" / "results.md").read_text()
+    assert "Repeated seeds" in (tmp_path / "r" / "index.html").read_text()
 
 
 @pytest.mark.slow

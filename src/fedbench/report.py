@@ -78,11 +78,13 @@ class Run:
 @dataclass
 class Group:
     label: str
-    runs: List[Run] = field(default_factory=list)
+    runs: List[Run] = field(default_factory=list)  # one per seed (``group_runs``)
     values: Dict[str, object] = field(default_factory=dict)  # the label keys' values
+    repeats: List[Tuple[Run, Run]] = field(default_factory=list)  # (a run left out, the run of its seed kept)
 
     def by_seed(self, score) -> Dict[int, object]:
-        """{seed: score(run)} over the completed runs (the first run of a seed, if one is repeated)."""
+        """{seed: score(run)} over the completed runs (in a ``--group-by`` group that pools configurations, the first
+        run of a seed by path)."""
         out: Dict[int, object] = {}
         for r in self.completed:
             out.setdefault(r.seed, score(r))
@@ -264,6 +266,7 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None, tuned: Seq
     else:
         identity = list(keys)
     groups: Dict[str, Group] = {}
+    configuration = sorted({k for r in runs for k in r.config if not _ignored(k)})
     for run in sorted(runs, key=lambda r: (str(r.path))):
         ident = json.dumps([repr(run.config.get(k)) for k in identity])
         if ident not in groups:
@@ -271,6 +274,7 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None, tuned: Seq
             groups[ident] = Group(label, values={k: run.config.get(k) for k in keys})
         groups[ident].runs.append(run)
     for g in groups.values():
+        _one_per_seed(g, configuration)
         chosen = [f"{k}={'/'.join(sorted({str(r.config.get(k)) for r in g.runs}))}" for k in tuned
                   if any(k in r.config for r in g.runs)]
         if chosen:
@@ -280,6 +284,37 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None, tuned: Seq
         if labels.count(g.label) > 1:
             g.label = f"{g.label} #{i + 1}"
     return list(groups.values())
+
+
+def _one_per_seed(group: Group, configuration: Sequence[str]) -> None:
+    """Keep one run per configuration (its values of the keys ``configuration``) and seed in ``group`` (a completed
+    one if any, then the first by path): a seed counted twice would weigh twice in every mean and interval. The
+    others (a copy from ``fedbench-tune --reuse-runs`` reported beside its original, a rerun of the same
+    configuration) go to ``group.repeats``, which the report lists. A ``--group-by`` group that pools several
+    configurations keeps each one's seeds."""
+    kept: Dict[str, Run] = {}
+
+    def key(run: Run) -> str:
+        return json.dumps([repr(run.config.get(k)) for k in configuration] + [run.seed])
+
+    for run in sorted(group.runs, key=lambda r: (r.status != "completed" or not len(r.metrics.get("round", ())),
+                                                 str(r.path))):
+        kept.setdefault(key(run), run)
+    group.repeats = [(r, kept[key(r)]) for r in group.runs if kept[key(r)] is not r]
+    group.runs = [r for r in group.runs if kept[key(r)] is r]
+
+
+def repeated_runs(groups: Sequence[Group]) -> List[Tuple[Path, str]]:
+    """(path, why it was left out) for each run that repeats a seed of its group."""
+    out = []
+    for g in groups:
+        for run, kept in g.repeats:
+            same = run.metrics.keys() == kept.metrics.keys() and all(
+                np.array_equal(run.metrics[k], kept.metrics[k], equal_nan=True) for k in run.metrics)
+            how = "the same metrics as" if same else "metrics differ from"
+            out.append((run.path, f"seed {run.seed} of group {g.label} again ({how} {kept.path}, kept); "
+                                  "--group-by a key that tells them apart compares them"))
+    return out
 
 
 def _short(key: str) -> str:
@@ -799,8 +834,13 @@ def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequ
                   group_by: Optional[Sequence[str]], targets: Sequence[Target], tuned: Sequence[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     groups = group_runs(runs, group_by, tuned)
+    repeated = repeated_runs(groups)
+    if repeated:
+        print(f"fedbench-report: {len(repeated)} run(s) repeat a seed of their group, left out (listed in the "
+              f"report): {repeated[0][0]}: {repeated[0][1]}", file=sys.stderr)
     rows = [group_table(g, targets) for g in groups]
-    (out / "results.md").write_text(markdown(rows, targets) + _unreadable_md(unreadable))
+    (out / "results.md").write_text(markdown(rows, targets) + _left_out_md(LEFT_OUT, unreadable)
+                                    + _left_out_md(REPEATED, repeated))
     (out / "results.tex").write_text(latex(rows, targets))
     plot_curves(groups, out)
     part = participation_rows(groups, out)
@@ -815,30 +855,36 @@ def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequ
          "groups": [{**r, "members": [str(run.path) for run in g.runs]} for r, g in zip(rows, groups)],
          "comparisons": pairs, "cost_comparisons": costs,
          "aggregate": [{k: v for k, v in a.items() if k != "scores"} for a in agg],
-         "unreadable": [{"path": str(p), "reason": why} for p, why in unreadable]}), indent=2, allow_nan=False,
+         "unreadable": [{"path": str(p), "reason": why} for p, why in unreadable],
+         "repeated": [{"path": str(p), "reason": why} for p, why in repeated]}), indent=2, allow_nan=False,
         default=str))
-    compared = _compared_html(pairs, agg, costs) + _unreadable_html(unreadable)
+    compared = (_compared_html(pairs, agg, costs) + _left_out_html(LEFT_OUT, unreadable)
+                + _left_out_html(REPEATED, repeated))
     (out / "index.html").write_text(index_html(f"fedbench report: {', '.join(d.name for d in dirs)}",
                                                rows, part, targets, len(runs), compared, drawn_axes(groups)))
 
 
-def _unreadable_md(unreadable: Sequence[Tuple[Path, str]]) -> str:
-    if not unreadable:
-        return ""
-    return ("\n## Unreadable runs (left out)\n\n" + "".join(f"- `{p}`: {why}\n" for p, why in unreadable))
+#: the headings of the runs a report leaves out: unreadable ones, and those that repeat a seed of their group
+LEFT_OUT, REPEATED = "Unreadable runs", "Repeated seeds"
 
 
-def _unreadable_html(unreadable: Sequence[Tuple[Path, str]]) -> str:
-    if not unreadable:
+def _left_out_md(title: str, runs: Sequence[Tuple[Path, str]]) -> str:
+    if not runs:
         return ""
-    table = _html_table(["run", "why it was left out"], [[html.escape(str(p)), html.escape(why)]
-                                                         for p, why in unreadable])
-    return f"<h2>Unreadable runs</h2><p>{len(unreadable)} run(s) left out of every table and curve.</p>{table}"
+    return (f"\n## {title} (left out)\n\n" + "".join(f"- `{p}`: {why}\n" for p, why in runs))
+
+
+def _left_out_html(title: str, runs: Sequence[Tuple[Path, str]]) -> str:
+    if not runs:
+        return ""
+    table = _html_table(["run", "why it was left out"], [[html.escape(str(p)), html.escape(why)] for p, why in runs])
+    return f"<h2>{title}</h2><p>{len(runs)} run(s) left out of every table and curve.</p>{table}"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Exit status: 0, the report is written from every run found; 1, written, but some runs were unreadable
-    (listed in the report and on stderr); 2, no report (bad options, no readable run)."""
+    """Exit status: 0, the report is written from every readable run found, one per seed and group (a run that
+    repeats a seed of its group is left out, listed in the report and on stderr); 1, written, but some runs were
+    unreadable (listed alike); 2, no report (bad options, no readable run)."""
     parser = argparse.ArgumentParser(prog="fedbench-report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="multirun (or run) directories")
