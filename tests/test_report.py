@@ -176,7 +176,8 @@ def test_a_seed_run_twice_in_a_group_counts_once_and_the_repeat_is_listed(tmp_pa
     assert "the same metrics as" in listed["copy"] and str(root / "a" / "0") in listed["copy"]
     assert "metrics differ from" in listed["rerun"] and "seed 1 of group algo=mifa" in listed["rerun"]
     assert "Repeated seeds (left out)" in (tmp_path / "r" / "results.md").read_text()
-    assert "Repeated seeds" in (tmp_path / "r" / "index.html").read_text()
+    page = (tmp_path / "r" / "index.html").read_text()
+    assert "Repeated seeds" in page and "4 runs in 2 groups" in page
 
 
 @pytest.mark.slow

@@ -22,7 +22,9 @@ budget: ``fedbench.stats``), ``report.json`` and ``index.html``.
 A damaged run (a file missing, truncated, not UTF-8, or not what it claims: ``load_run``) is left out and listed
 under "Unreadable runs" with the reason, in every file and on stderr; the exit status is then 1 (0: every run read;
 2: no report: an option outside its domain, such as a target outside (0, 1], a loss target no run can reach or a key
-no run has, or no readable run).
+no run has, or no readable run). A run with the configuration and seed of another in its group (a
+``fedbench-tune --reuse-runs`` copy beside its original, a rerun) is left out and listed under "Repeated seeds":
+a seed counts once.
 """
 
 from __future__ import annotations
@@ -78,9 +80,9 @@ class Run:
 @dataclass
 class Group:
     label: str
-    runs: List[Run] = field(default_factory=list)  # one per seed (``group_runs``)
+    runs: List[Run] = field(default_factory=list)  # one per configuration and seed (``group_runs``)
     values: Dict[str, object] = field(default_factory=dict)  # the label keys' values
-    repeats: List[Tuple[Run, Run]] = field(default_factory=list)  # (a run left out, the run of its seed kept)
+    repeats: List[Tuple[Run, Run]] = field(default_factory=list)  # (a run left out, the one kept in its stead)
 
     def by_seed(self, score) -> Dict[int, object]:
         """{seed: score(run)} over the completed runs (in a ``--group-by`` group that pools configurations, the first
@@ -861,7 +863,8 @@ def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequ
     compared = (_compared_html(pairs, agg, costs) + _left_out_html(LEFT_OUT, unreadable)
                 + _left_out_html(REPEATED, repeated))
     (out / "index.html").write_text(index_html(f"fedbench report: {', '.join(d.name for d in dirs)}",
-                                               rows, part, targets, len(runs), compared, drawn_axes(groups)))
+                                               rows, part, targets, sum(len(g.runs) for g in groups), compared,
+                                               drawn_axes(groups)))
 
 
 #: the headings of the runs a report leaves out: unreadable ones, and those that repeat a seed of their group
@@ -882,8 +885,8 @@ def _left_out_html(title: str, runs: Sequence[Tuple[Path, str]]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Exit status: 0, the report is written from every readable run found, one per seed and group (a run that
-    repeats a seed of its group is left out, listed in the report and on stderr); 1, written, but some runs were
+    """Exit status: 0, the report is written from every readable run found, each configuration's seed once (a
+    run that repeats one is left out, listed in the report and on stderr); 1, written, but some runs were
     unreadable (listed alike); 2, no report (bad options, no readable run)."""
     parser = argparse.ArgumentParser(prog="fedbench-report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
