@@ -76,6 +76,11 @@ class Run:
     def seed(self) -> int:
         return int(self.config.get("seed", 0))
 
+    @property
+    def completed(self) -> bool:
+        """Completed with at least one evaluation: a run the tables and comparisons use."""
+        return self.status == "completed" and len(self.metrics.get("round", ())) > 0
+
 
 @dataclass
 class Group:
@@ -94,7 +99,7 @@ class Group:
 
     @property
     def completed(self) -> List[Run]:
-        return [r for r in self.runs if r.status == "completed" and len(r.metrics.get("round", ()))]
+        return [r for r in self.runs if r.completed]
 
 
 class Unreadable(Exception):
@@ -260,15 +265,14 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None, tuned: Seq
     vary; a sub-key of a group option that only varies with the option itself (``algo.mu`` with ``algo.name``) is
     left out of the label. ``tuned`` keys (chosen per algorithm by ``fedbench-tune``) do not separate groups: their
     values are appended to the label in brackets."""
+    configuration = sorted({k for r in runs for k in r.config if not _ignored(k)})
     if keys is None:
-        all_keys = sorted({k for r in runs for k in r.config if not _ignored(k) and k not in tuned})
         keys = [k for k in varying_keys(runs) if k not in tuned]
         keys = [k for k in keys if not _explained(k, keys, runs)]
-        identity = all_keys
+        identity = [k for k in configuration if k not in tuned]
     else:
         identity = list(keys)
     groups: Dict[str, Group] = {}
-    configuration = sorted({k for r in runs for k in r.config if not _ignored(k)})
     for run in sorted(runs, key=lambda r: (str(r.path))):
         ident = json.dumps([repr(run.config.get(k)) for k in identity])
         if ident not in groups:
@@ -299,8 +303,7 @@ def _one_per_seed(group: Group, configuration: Sequence[str]) -> None:
     def key(run: Run) -> str:
         return json.dumps([repr(run.config.get(k)) for k in configuration] + [run.seed])
 
-    for run in sorted(group.runs, key=lambda r: (r.status != "completed" or not len(r.metrics.get("round", ())),
-                                                 str(r.path))):
+    for run in sorted(group.runs, key=lambda r: (not r.completed, str(r.path))):
         kept.setdefault(key(run), run)
     group.repeats = [(r, kept[key(r)]) for r in group.runs if kept[key(r)] is not r]
     group.runs = [r for r in group.runs if kept[key(r)] is r]
@@ -841,7 +844,7 @@ def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequ
         print(f"fedbench-report: {len(repeated)} run(s) repeat a seed of their group, left out (listed in the "
               f"report): {repeated[0][0]}: {repeated[0][1]}", file=sys.stderr)
     rows = [group_table(g, targets) for g in groups]
-    (out / "results.md").write_text(markdown(rows, targets) + _left_out_md(LEFT_OUT, unreadable)
+    (out / "results.md").write_text(markdown(rows, targets) + _left_out_md(UNREADABLE, unreadable)
                                     + _left_out_md(REPEATED, repeated))
     (out / "results.tex").write_text(latex(rows, targets))
     plot_curves(groups, out)
@@ -860,7 +863,7 @@ def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequ
          "unreadable": [{"path": str(p), "reason": why} for p, why in unreadable],
          "repeated": [{"path": str(p), "reason": why} for p, why in repeated]}), indent=2, allow_nan=False,
         default=str))
-    compared = (_compared_html(pairs, agg, costs) + _left_out_html(LEFT_OUT, unreadable)
+    compared = (_compared_html(pairs, agg, costs) + _left_out_html(UNREADABLE, unreadable)
                 + _left_out_html(REPEATED, repeated))
     (out / "index.html").write_text(index_html(f"fedbench report: {', '.join(d.name for d in dirs)}",
                                                rows, part, targets, sum(len(g.runs) for g in groups), compared,
@@ -868,7 +871,7 @@ def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequ
 
 
 #: the headings of the runs a report leaves out: unreadable ones, and those that repeat a seed of their group
-LEFT_OUT, REPEATED = "Unreadable runs", "Repeated seeds"
+UNREADABLE, REPEATED = "Unreadable runs", "Repeated seeds"
 
 
 def _left_out_md(title: str, runs: Sequence[Tuple[Path, str]]) -> str:
