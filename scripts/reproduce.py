@@ -372,6 +372,11 @@ PAPERS: Dict[str, List[Section]] = {
                 trials=9, seeds={"small": "0,1,2", "full": "0,1,2"},
                 overrides=["dataset=fmnist", "partition.alpha=0.1"], tune_seeds="100,101", tiny=GRADMA_TINY,
                 reuse=["dir0.1_fullgrid", "dir0.1_fullgrid_2seeds"]),
+        # the six other baselines under the same two-seed protocol, joint with the claims' section
+        Section("dir0.1_fullgrid_2seeds_baselines", "gradma_cifar10_dir0.01_small", "algo",
+                GRADMA[4:], trials=9,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
+                tune_seeds="100,101", tiny=GRADMA_TINY, joint="dir0.1_fullgrid_2seeds", reuse=["dir0.1_fullgrid"]),
     ],
 }
 for _paper, _sections in PAPERS.items():

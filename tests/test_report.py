@@ -165,7 +165,8 @@ def test_a_seed_run_twice_in_a_group_counts_once_and_the_repeat_is_listed(tmp_pa
     _write_run(root / "b" / "rerun", "mifa", 1, [0.2, 0.3, 0.5])  # mifa seed 1 again, other metrics
     assert main([str(root / "a"), str(root / "b"), "--out", str(tmp_path / "r")]) == 0
     err = capsys.readouterr().err
-    assert "2 run(s) repeat a seed of their group" in err
+    assert "2 run(s) repeat a seed of their group, left out" in err
+    assert str(root / "b" / "copy") in err and str(root / "b" / "rerun") in err  # each one named, as unreadable ones
     rows = {r["group"]: r for r in _parse_md(tmp_path / "r" / "results.md")}
     assert rows["algo=fedavg"]["seeds"] == "2/2" and rows["algo=mifa"]["seeds"] == "2/2"
     _check(rows["algo=fedavg"]["final acc"], [0.6, 0.8])

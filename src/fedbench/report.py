@@ -840,9 +840,6 @@ def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequ
     out.mkdir(parents=True, exist_ok=True)
     groups = group_runs(runs, group_by, tuned)
     repeated = repeated_runs(groups)
-    if repeated:
-        print(f"fedbench-report: {len(repeated)} run(s) repeat a seed of their group, left out (listed in the "
-              f"report): {repeated[0][0]}: {repeated[0][1]}", file=sys.stderr)
     rows = [group_table(g, targets) for g in groups]
     (out / "results.md").write_text(markdown(rows, targets) + _left_out_md(UNREADABLE, unreadable)
                                     + _left_out_md(REPEATED, repeated))
@@ -910,12 +907,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"fedbench-report: error: {exc}", file=sys.stderr)
         return 2
     print(f"fedbench-report: wrote {out}/index.html")
-    if unreadable:
-        print(f"fedbench-report: {len(unreadable)} unreadable run(s) left out (listed in the report):", file=sys.stderr)
-        for p, why in unreadable:
-            print(f"  {p}: {why}", file=sys.stderr)
-        return 1
-    return 0
+    repeated = [(r["path"], r["reason"]) for r in json.loads((out / "report.json").read_text())["repeated"]]
+    for left, what in ((repeated, "run(s) repeat a seed of their group,"), (unreadable, "unreadable run(s)")):
+        if left:
+            print(f"fedbench-report: {len(left)} {what} left out (listed in the report):", file=sys.stderr)
+            for p, why in left:
+                print(f"  {p}: {why}", file=sys.stderr)
+    return 1 if unreadable else 0
 
 
 if __name__ == "__main__":
