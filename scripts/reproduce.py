@@ -377,6 +377,11 @@ PAPERS: Dict[str, List[Section]] = {
                 GRADMA[4:], trials=9,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
                 tune_seeds="100,101", tiny=GRADMA_TINY, joint="dir0.1_fullgrid_2seeds", reuse=["dir0.1_fullgrid"]),
+        # MIFA on a third tuning seed: its two-seed choice (0.1, 10) diverged on a final seed (the seeds 100 and 101
+        # trials are the section above's)
+        Section("dir0.1_fullgrid_3seeds_mifa", "gradma_cifar10_dir0.01_small", "algo", ["mifa"], trials=9,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
+                tune_seeds="100,101,102", tiny=GRADMA_TINY, reuse=["dir0.1_fullgrid_2seeds_baselines"]),
     ],
 }
 for _paper, _sections in PAPERS.items():
