@@ -382,6 +382,13 @@ PAPERS: Dict[str, List[Section]] = {
         Section("dir0.1_fullgrid_3seeds_mifa", "gradma_cifar10_dir0.01_small", "algo", ["mifa"], trials=9,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
                 tune_seeds="100,101,102", tiny=GRADMA_TINY, reuse=["dir0.1_fullgrid_2seeds_baselines"]),
+        # every method on three tuning seeds, so all ten have MIFA's tuning budget (27 runs each); the seeds 100 and
+        # 101 trials, and the finals of choices that stand, are the two-seed sections' runs
+        Section("dir0.1_fullgrid_3seeds", "gradma_cifar10_dir0.01_small", "algo", GRADMA, trials=9,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
+                tune_seeds="100,101,102", tiny=GRADMA_TINY,
+                reuse=["dir0.1_fullgrid_2seeds", "dir0.1_fullgrid_2seeds_ablation", "dir0.1_fullgrid_2seeds_baselines",
+                       "dir0.1_fullgrid_3seeds_mifa"]),
     ],
 }
 for _paper, _sections in PAPERS.items():
