@@ -53,7 +53,7 @@ def _check(cell, values, reached=None):
 
 
 def test_report_groups_by_config_but_seed_and_recomputes_the_tables(sweep):
-    out = report([sweep])
+    out = report([sweep]).folder
     for name in ("results.md", "results.tex", "participation.md", "report.json", "index.html", "curves_round.png",
                  "curves_round.pdf", "curves_grad_evals.png", "curves_floats.pdf"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
@@ -179,6 +179,9 @@ def test_a_seed_run_twice_in_a_group_counts_once_and_the_repeat_is_listed(tmp_pa
     assert "Repeated seeds (left out)" in (tmp_path / "r" / "results.md").read_text()
     page = (tmp_path / "r" / "index.html").read_text()
     assert "Repeated seeds" in page and "4 runs in 2 groups" in page
+    written = report([root / "a", root / "b"], out=tmp_path / "again")  # what the caller is told, not re-read
+    assert written.folder == tmp_path / "again" and written.unreadable == ()
+    assert {Path(p).name: why for p, why in written.repeated} == listed
 
 
 @pytest.mark.slow
@@ -186,7 +189,7 @@ def test_index_html_renders_in_a_headless_browser(sweep, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.skip("Chromium is not installed (CI installs the Debian package)")
-    out = report([sweep])
+    out = report([sweep]).folder
     (out / "curves_floats.png").unlink()  # a broken image must show as such
     args = [browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([*args, "--dump-dom", (out / "index.html").as_uri()], capture_output=True, text=True,
@@ -228,7 +231,7 @@ def test_loss_targets_are_reached_at_or_below_and_compared_paired(tmp_path, caps
                                                        [1.5, 1.1, 0.85, 0.75]]}
     write_fake_sweep(root, {algo: [{"acc": [0.1, 0.2, 0.3, 0.4], "global_loss": loss} for loss in runs]
                             for algo, runs in losses.items()}, config={"loss_targets": [0.6, 0.8]})
-    out = report([root])
+    out = report([root]).folder
     rows = {r["group"]: r for r in _parse_md(out / "results.md")}
     _check(rows["algo=fast"]["rounds to loss 0.8"], [20, 20, 20])
     _check(rows["algo=slow"]["rounds to loss 0.8"], [30, 40, 40])

@@ -58,7 +58,7 @@ def test_report_writes_paired_comparisons(tmp_path):
     # B beats A by 0.02-0.04 on every seed (paired); C is A plus noise larger than its mean difference
     finals = {"a": [0.60, 0.70, 0.65, 0.62], "b": [0.63, 0.72, 0.69, 0.64], "c": [0.68, 0.61, 0.66, 0.63]}
     write_fake_sweep(root, {algo: [[0.1, 0.2, acc - 0.1, acc] for acc in accs] for algo, accs in finals.items()})
-    out = report([root])
+    out = report([root]).folder
     text = (out / "comparisons.md").read_text()
     rows = {(r.split("|")[1].strip(), r.split("|")[2].strip(), r.split("|")[3].strip()): r for r in
             text.splitlines() if r.startswith("| algo")}
@@ -80,7 +80,7 @@ def test_the_global_training_loss_is_tabulated_compared_lower_is_better_and_draw
     write_fake_sweep(root, {algo: [{"acc": [0.1, 0.2, 0.5, 0.6 + seed / 100],
                                     "global_loss": [2.0, 1.5, loss, math.nan if seed == 0 else loss]}
                                    for seed, loss in enumerate(finals)] for algo, finals in losses.items()})
-    out = report([root])
+    out = report([root]).folder
     rows = {r.split("|")[1].strip(): r for r in (out / "results.md").read_text().splitlines()[2:]}
     assert "| final global train loss |" in (out / "results.md").read_text()
     assert "| 0.875 ± 0.065 |" in rows["algo=a"] and "| 0.8125 ± 0.061 |" in rows["algo=b"]
@@ -98,7 +98,7 @@ def test_the_global_training_loss_is_tabulated_compared_lower_is_better_and_draw
     plain = tmp_path / "plain"
     for seed in range(2):
         write_fake_run(plain / str(seed), "a", seed, [0.1, 0.2, 0.5, 0.6])
-    out = report([plain])
+    out = report([plain]).folder
     assert "global" not in (out / "results.md").read_text() + (out / "comparisons.md").read_text()
     assert Image.open(out / "curves_round.png").size[0] == pytest.approx(with_panel * 3 / 4, rel=0.02)
 
@@ -134,7 +134,7 @@ def test_report_compares_costs_to_a_target_with_censored_seeds(tmp_path):
     accs = {"fast": [[0.5, 0.7, 0.75, 0.8]] * 3, "slow": [[0.5, 0.6, 0.7, 0.72], [0.5, 0.6, 0.65, 0.7],
                                                      [0.5, 0.6, 0.65, 0.66]]}
     write_fake_sweep(root, accs)
-    out = report([root])
+    out = report([root]).folder
     text = (out / "comparisons.md").read_text()
     assert "## Cost to a target" in text and "censored at its budget" in text
     rows = {r.split("|")[3].strip(): [c.strip() for c in r.split("|")[1:-1]] for r in text.splitlines()

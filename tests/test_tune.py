@@ -157,6 +157,20 @@ def test_an_algorithm_without_a_completed_trial_runs_no_finals_and_fails_the_com
     assert (tmp_path / "report" / "results.md").is_file()
 
 
+def test_the_finals_report_names_the_runs_it_left_out_on_stderr(tmp_path, capsys):
+    def outcome(p):
+        return "completed", [0.5 + float(p["client.lr"])], [0.7]
+
+    Tuning(plan(trials=2), tmp_path, fake_launcher(tmp_path, outcome, []), echo=lambda s: None).run()
+    assert capsys.readouterr().err == ""
+    shutil.copytree(tmp_path / "final" / "fedavg_seed0", tmp_path / "final" / "fedavg_seed0_copy")
+    launched = []
+    Tuning(plan(trials=2), tmp_path, fake_launcher(tmp_path, outcome, launched), echo=lambda s: None).run()
+    err = capsys.readouterr().err
+    assert launched == [] and "fedbench-tune: 1 run(s) repeat a seed of their group, left out" in err
+    assert str(tmp_path / "final" / "fedavg_seed0_copy") in err
+
+
 def test_a_choice_that_diverges_on_final_seeds_is_recorded_and_said_with_the_remedy(tmp_path):
     def outcome(p):  # mifa's choice trains on the tuning seed and diverges on final seed 1
         if p["algo"] == "mifa" and p["seed"] == "1":

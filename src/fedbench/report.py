@@ -801,9 +801,9 @@ def check_options(runs: List[Run], group_by: Optional[Sequence[str]], targets: O
 def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[Sequence[str]] = None,
            targets: Optional[Sequence[float]] = None, tuned: Sequence[str] = (),
            runs: Optional[List[Run]] = None, unreadable: Sequence[Tuple[Path, str]] = (),
-           loss_targets: Optional[Sequence[float]] = None) -> Path:
+           loss_targets: Optional[Sequence[float]] = None) -> Written:
     """Write the report of the runs under ``dirs`` (``runs`` and ``unreadable``: already ``scan``-ned from them);
-    return its folder. ``tuned``: keys chosen per group by ``fedbench-tune`` (shown in the labels, not separating
+    return its folder and the runs it left out. ``tuned``: keys chosen per group by ``fedbench-tune`` (shown in the labels, not separating
     groups). ``targets`` (test accuracies) and ``loss_targets`` (global training losses): by default the runs'
     ``targets`` and ``loss_targets``. Unreadable runs are listed in every file of the report; ``ReportError`` for
     bad options, no readable run, or a report folder that cannot be written."""
@@ -828,15 +828,36 @@ def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[
     levels = [Target(float(t)) for t in targets] + [Target(float(t), loss=True) for t in loss_targets]
     out = Path(out) if out else dirs[0] / "report"
     try:
-        _write_report(dirs, out, runs, unreadable, group_by, levels, tuned)
+        repeated = _write_report(dirs, out, runs, unreadable, group_by, levels, tuned)
     except OSError as exc:
         raise ReportError(f"cannot write the report in {out}: {exc.strerror or exc}. Fix: pass --out <a folder "
                           "you can write to>.") from None
-    return out
+    return Written(out, tuple(unreadable), tuple(repeated))
+
+
+@dataclass(frozen=True)
+class Written:
+    """What ``report`` wrote: its ``folder``, and the runs it left out of every table and curve, each (path, why):
+    ``unreadable`` ones and ``repeated`` seeds (listed in every file of the report too)."""
+    folder: Path
+    unreadable: Tuple[Tuple[Path, str], ...] = ()
+    repeated: Tuple[Tuple[Path, str], ...] = ()
+
+    def left_out(self, prog: str) -> str:
+        """The left-out runs as lines for stderr, each group headed by ``prog``; empty when none was."""
+        lines = []
+        for left, what in ((self.repeated, "run(s) repeat a seed of their group,"),
+                           (self.unreadable, "unreadable run(s)")):
+            if left:
+                lines += [f"{prog}: {len(left)} {what} left out (listed in the report):",
+                          *(f"  {p}: {why}" for p, why in left)]
+        return "\n".join(lines)
 
 
 def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequence[Tuple[Path, str]],
-                  group_by: Optional[Sequence[str]], targets: Sequence[Target], tuned: Sequence[str]) -> None:
+                  group_by: Optional[Sequence[str]], targets: Sequence[Target],
+                  tuned: Sequence[str]) -> List[Tuple[Path, str]]:
+    """Write every file of the report into ``out``; return the runs left out as repeated seeds."""
     out.mkdir(parents=True, exist_ok=True)
     groups = group_runs(runs, group_by, tuned)
     repeated = repeated_runs(groups)
@@ -865,6 +886,7 @@ def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequ
     (out / "index.html").write_text(index_html(f"fedbench report: {', '.join(d.name for d in dirs)}",
                                                rows, part, targets, sum(len(g.runs) for g in groups), compared,
                                                drawn_axes(groups)))
+    return repeated
 
 
 #: the headings of the runs a report leaves out: unreadable ones, and those that repeat a seed of their group
@@ -901,19 +923,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         runs, unreadable = scan([d for d in args.dirs if d.is_dir()])
-        out = report(args.dirs, args.out, args.group_by, args.targets, args.tuned, runs=runs,
-                     unreadable=unreadable, loss_targets=args.loss_targets)
+        written = report(args.dirs, args.out, args.group_by, args.targets, args.tuned, runs=runs,
+                         unreadable=unreadable, loss_targets=args.loss_targets)
     except FedbenchError as exc:
         print(f"fedbench-report: error: {exc}", file=sys.stderr)
         return 2
-    print(f"fedbench-report: wrote {out}/index.html")
-    repeated = [(r["path"], r["reason"]) for r in json.loads((out / "report.json").read_text())["repeated"]]
-    for left, what in ((repeated, "run(s) repeat a seed of their group,"), (unreadable, "unreadable run(s)")):
-        if left:
-            print(f"fedbench-report: {len(left)} {what} left out (listed in the report):", file=sys.stderr)
-            for p, why in left:
-                print(f"  {p}: {why}", file=sys.stderr)
-    return 1 if unreadable else 0
+    print(f"fedbench-report: wrote {written.folder}/index.html")
+    left_out = written.left_out("fedbench-report")
+    if left_out:
+        print(left_out, file=sys.stderr)
+    return 1 if written.unreadable else 0
 
 
 if __name__ == "__main__":

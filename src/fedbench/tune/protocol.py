@@ -31,9 +31,10 @@ import json
 import math
 import os
 import shutil
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 import yaml
 
@@ -44,6 +45,9 @@ from fedbench.runs import read_status, read_summary
 from fedbench.storage import write_text
 from fedbench.tune.select import Rule, choose, mean_score, run_score
 from fedbench.tune.space import Dimension, grid_points, grid_size
+
+if TYPE_CHECKING:
+    from fedbench.report import Written
 
 FINISHED = ("completed", "diverged")
 
@@ -427,7 +431,7 @@ class Tuning:
             extra += 1
         return [*self.plan.tune_seeds, extra]
 
-    def report(self) -> Optional[Path]:
+    def report(self) -> Optional[Written]:
         """``fedbench-report`` of the final runs: one group per method; the chosen values and every other setting
         that differs between methods (a preset's per-method weighting, say) in brackets."""
         from fedbench.report import report, scan, varying_keys
@@ -448,9 +452,11 @@ class Tuning:
     def run(self) -> List[str]:
         chosen = self.reuse() if self.plan.reused else self.select()
         self.finals(chosen)
-        out = self.report()
+        written = self.report()
         self.echo(f"fedbench-tune: results in {self.root} (selection.json"
-                  + (f", {out / 'index.html'}" if out else "") + ")")
+                  + (f", {written.folder / 'index.html'}" if written else "") + ")")
+        if written and written.left_out("fedbench-tune"):
+            print(written.left_out("fedbench-tune"), file=sys.stderr, flush=True)
         return self.failed
 
 
