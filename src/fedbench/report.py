@@ -803,10 +803,10 @@ def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[
            runs: Optional[List[Run]] = None, unreadable: Sequence[Tuple[Path, str]] = (),
            loss_targets: Optional[Sequence[float]] = None) -> Written:
     """Write the report of the runs under ``dirs`` (``runs`` and ``unreadable``: already ``scan``-ned from them);
-    return its folder and the runs it left out. ``tuned``: keys chosen per group by ``fedbench-tune`` (shown in the labels, not separating
-    groups). ``targets`` (test accuracies) and ``loss_targets`` (global training losses): by default the runs'
-    ``targets`` and ``loss_targets``. Unreadable runs are listed in every file of the report; ``ReportError`` for
-    bad options, no readable run, or a report folder that cannot be written."""
+    return its folder and the runs it left out. ``tuned``: keys chosen per group by ``fedbench-tune`` (shown in
+    the labels, not separating groups). ``targets`` (test accuracies) and ``loss_targets`` (global training losses):
+    by default the runs' ``targets`` and ``loss_targets``. Unreadable runs are listed in every file of the report;
+    ``ReportError`` for bad options, no readable run, or a report folder that cannot be written."""
     dirs = [Path(d) for d in dirs]
     for d in dirs:
         if not d.is_dir():
