@@ -369,6 +369,11 @@ PAPERS: Dict[str, List[Section]] = {
         Section("dir0.01_fullgrid_3seeds_ablation", "gradma_cifar10_dir0.01_small", "algo", ["gradma_s", "gradma_w"],
                 trials=9, seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"],
                 tune_seeds="100,101,102", tiny=GRADMA_TINY, reuse=["dir0.01_fullgrid_2seeds_ablation"]),
+        # the claims' other methods on the same three tuning seeds, joint with the ablation (GradMA-S is there)
+        Section("dir0.01_fullgrid_3seeds", "gradma_cifar10_dir0.01_small", "algo", ["gradma", "fedavg"],
+                trials=9, seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"],
+                tune_seeds="100,101,102", tiny=GRADMA_TINY, joint="dir0.01_fullgrid_3seeds_ablation",
+                reuse=["dir0.01_fullgrid_2seeds"]),
         # the same two-seed protocol at Dirichlet 0.1, the claims' methods, then the ablation (GradMA-S's runs copied)
         Section("dir0.1_fullgrid_2seeds", "gradma_cifar10_dir0.01_small", "algo", GRADMA_CLAIMS, trials=9,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
