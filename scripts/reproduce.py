@@ -374,6 +374,11 @@ PAPERS: Dict[str, List[Section]] = {
                 trials=9, seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"],
                 tune_seeds="100,101,102", tiny=GRADMA_TINY, joint="dir0.01_fullgrid_3seeds_ablation",
                 reuse=["dir0.01_fullgrid_2seeds"]),
+        # the three baselines nearest GradMA on the one-seed grid, on the same three tuning seeds, joint with the claims
+        Section("dir0.01_fullgrid_3seeds_baselines", "gradma_cifar10_dir0.01_small", "algo",
+                ["fedavgm", "mifa", "feddyn"], trials=9, seeds={"small": "0,1,2", "full": "0,1,2"},
+                overrides=["dataset=fmnist"], tune_seeds="100,101,102", tiny=GRADMA_TINY,
+                joint="dir0.01_fullgrid_3seeds"),
         # the same two-seed protocol at Dirichlet 0.1, the claims' methods, then the ablation (GradMA-S's runs copied)
         Section("dir0.1_fullgrid_2seeds", "gradma_cifar10_dir0.01_small", "algo", GRADMA_CLAIMS, trials=9,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
