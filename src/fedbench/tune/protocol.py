@@ -455,8 +455,9 @@ class Tuning:
         written = self.report()
         self.echo(f"fedbench-tune: results in {self.root} (selection.json"
                   + (f", {written.folder / 'index.html'}" if written else "") + ")")
-        if written and written.left_out("fedbench-tune"):
-            print(written.left_out("fedbench-tune"), file=sys.stderr, flush=True)
+        left_out = written.left_out("fedbench-tune") if written else ""
+        if left_out:
+            print(left_out, file=sys.stderr, flush=True)
         return self.failed
 
 
