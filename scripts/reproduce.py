@@ -379,6 +379,11 @@ PAPERS: Dict[str, List[Section]] = {
                 ["fedavgm", "mifa", "feddyn"], trials=9, seeds={"small": "0,1,2", "full": "0,1,2"},
                 overrides=["dataset=fmnist"], tune_seeds="100,101,102", tiny=GRADMA_TINY,
                 joint="dir0.01_fullgrid_3seeds"),
+        # the three baselines further behind (MOON, MimeLite, FedMLB), so all ten have 27 tuning runs at Dirichlet 0.01
+        Section("dir0.01_fullgrid_3seeds_others", "gradma_cifar10_dir0.01_small", "algo",
+                ["moon", "mimelite", "fedmlb"], trials=9, seeds={"small": "0,1,2", "full": "0,1,2"},
+                overrides=["dataset=fmnist"], tune_seeds="100,101,102", tiny=GRADMA_TINY,
+                joint="dir0.01_fullgrid_3seeds"),
         # the same two-seed protocol at Dirichlet 0.1, the claims' methods, then the ablation (GradMA-S's runs copied)
         Section("dir0.1_fullgrid_2seeds", "gradma_cifar10_dir0.01_small", "algo", GRADMA_CLAIMS, trials=9,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
