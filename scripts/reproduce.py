@@ -11,7 +11,8 @@ the preset declares one), selection on the validation split, then the final seed
 evidence. The directory is ``<out>/<paper>/<scale>/<section>``, so rerunning the same command continues it: finished
 trials and final runs are skipped. A section ``joint`` with an earlier one (tuned alike, on other methods or under
 one changed setting: ``check_joint``) then writes ``report_joint/``: ``fedbench-report`` of both sections' final
-runs. A section that extends an earlier one by a tuning seed names it in ``reuse``: where that section's directory
+runs, and of those of the earlier sections it names in ``joint_also`` (tuned alike too, on other methods still), so
+that a comparison spread over several sections has one report. A section that extends an earlier one by a tuning seed names it in ``reuse``: where that section's directory
 exists, ``fedbench-tune --reuse-runs`` copies its finished runs of the same jobs instead of running them again.
 
 ``tiny`` shrinks the small presets to seconds (the first two methods, two trials, final seeds 0 and 1): it checks
@@ -70,6 +71,8 @@ class Section:
     after: str = ""  # the section whose choices this one runs (fedbench-tune --from its selection.json), no trials
     tune_seeds: str = "100"  # more than one where a single seed's choice proved unstable on the finals
     joint: str = ""  # an earlier section tuned alike on other methods: the two sections' finals reported together
+    joint_also: List[str] = field(default_factory=list)  # with joint: more earlier sections tuned alike on other
+    # methods, whose finals the joint report includes too
     ablation: List[str] = field(default_factory=list)  # with joint: overrides added to the partner's, so this
     # section may run the partner's methods again under the setting they change (an ablation)
     reuse: List[str] = field(default_factory=list)  # earlier sections whose finished runs of this one's jobs are
@@ -105,18 +108,19 @@ class Section:
         return ([sys.executable, "-m", "fedbench.tune.cli", *last_wins(overrides), *which, *tuning, "--seeds", seeds,
                  "--dir", str(directory), *reuse, *launcher, *extra], directory)
 
-    def joint_command(self, scale: str, out: Path) -> Tuple[List[str], Path, Path]:
-        """``fedbench-report`` of this section's final runs with those of section ``joint`` (``report_joint/``): one
-        group per method (and per value of the setting an ablation changes), the searched keys in the labels.
-        ``check_joint`` makes the two tuned alike, so the
+    def joint_command(self, scale: str, out: Path) -> Tuple[List[str], Path, List[Path]]:
+        """``fedbench-report`` of this section's final runs with those of section ``joint`` and of the sections in
+        ``joint_also`` (``report_joint/``): one group per method (and per value of the setting an ablation changes),
+        the searched keys in the labels. ``check_joint`` makes them all tuned alike, so the
         comparisons across them are as fair as within one (same preset, seeds and traces, space and budget). Returns
-        the command, the report's directory and the partner's final runs (the report needs them)."""
-        here, partner = self.directory(scale, out), self.directory(scale, out, self.joint) / "final"
+        the command, the report's directory and the partners' final runs (the report needs them)."""
+        here = self.directory(scale, out)
+        partners = [self.directory(scale, out, name) / "final" for name in (self.joint, *self.joint_also)]
         group = ["algo.name" if self.key == "algo" else f"choice.{self.key}", *map(ablated_key, self.ablation)]
         tuned = sorted({item.split("=", 1)[0] for item in self.space})
         report = here / "report_joint"
-        return ([sys.executable, "-m", "fedbench.report", str(partner), str(here / "final"), "--group-by", *group,
-                 *(["--tuned", *tuned] if tuned else []), "--out", str(report)], report, partner)
+        return ([sys.executable, "-m", "fedbench.report", *map(str, partners), str(here / "final"), "--group-by",
+                 *group, *(["--tuned", *tuned] if tuned else []), "--out", str(report)], report, partners)
 
 
 def ablated_key(override: str) -> str:
@@ -144,26 +148,35 @@ def check_reuse(sections: List[Section]) -> None:
 
 
 def check_joint(sections: List[Section]) -> None:
-    """Every ``joint`` names an earlier section of the same paper, tuned alike: everything but the methods (and the
-    name) equal, so a reader may compare any two methods of the joint report. The methods differ, except in an
-    ablation, which runs some of its partner's methods under its added overrides."""
+    """Every ``joint`` (and ``joint_also``) names an earlier section of the same paper, tuned alike: everything but
+    the methods (and the name) equal, so a reader may compare any two methods of the joint report. The methods
+    differ, except in an ablation, which runs some of its single partner's methods under its added overrides."""
     alike = ("experiment", "key", "trials", "seeds", "overrides", "launcher", "tiny", "space", "after", "tune_seeds")
     for i, section in enumerate(sections):
+        if section.joint_also and not section.joint:
+            raise ValueError(f"section {section.name}: joint_also needs joint (the first partner) set")
         if not section.joint:
             continue
-        partner = earlier(sections, i, "joint", section.joint)
-        differ = [k for k in alike if getattr(section, k) != getattr(partner, k)]
-        carried = next((s for s in sections if s.name == section.after), None)
-        if "after" in differ and carried is not None and carried.joint == partner.after:
-            differ.remove("after")  # they carry the choices of two sections that are themselves joint
-        if section.ablation:  # the partner's methods again, which the report tells apart by the changed setting
-            wrong, why = sorted(set(section.methods) - set(partner.methods)), "not in the partner"
-            differ += ["ablation"] if partner.ablation else []
-        else:
-            wrong, why = sorted(set(section.methods) & set(partner.methods)), "both run"
-        if differ or wrong:
-            raise ValueError(f"section {section.name} is not tuned like its joint section {partner.name}: "
-                             + (f"{', '.join(differ)} differ" if differ else f"{why}: {', '.join(wrong)}"))
+        if section.ablation and section.joint_also:
+            raise ValueError(f"section {section.name}: an ablation has one partner; joint_also must be empty")
+        seen = {m: section.name for m in section.methods}
+        for option, name in [("joint", section.joint), *(("joint_also", n) for n in section.joint_also)]:
+            partner = earlier(sections, i, option, name)
+            differ = [k for k in alike if getattr(section, k) != getattr(partner, k)]
+            carried = next((s for s in sections if s.name == section.after), None)
+            if "after" in differ and carried is not None and carried.joint == partner.after:
+                differ.remove("after")  # they carry the choices of two sections that are themselves joint
+            if section.ablation:  # the partner's methods again, which the report tells apart by the changed setting
+                wrong = sorted(set(section.methods) - set(partner.methods))
+                why = f"not in the partner: {', '.join(wrong)}"
+                differ += ["ablation"] if partner.ablation else []
+            else:  # no method in two of the report's sections
+                wrong = sorted(m for m in partner.methods if m in seen)
+                why = f"{', '.join(wrong)} also run by {', '.join(sorted({seen[m] for m in wrong}))}"
+                seen.update({m: partner.name for m in partner.methods})
+            if differ or wrong:
+                raise ValueError(f"section {section.name} is not tuned like its joint section {partner.name}: "
+                                 + (f"{', '.join(differ)} differ" if differ else why))
 
 
 def last_wins(overrides: List[str]) -> List[str]:
@@ -379,11 +392,13 @@ PAPERS: Dict[str, List[Section]] = {
                 ["fedavgm", "mifa", "feddyn"], trials=9, seeds={"small": "0,1,2", "full": "0,1,2"},
                 overrides=["dataset=fmnist"], tune_seeds="100,101,102", tiny=GRADMA_TINY,
                 joint="dir0.01_fullgrid_3seeds"),
-        # the three baselines further behind (MOON, MimeLite, FedMLB), so all ten have 27 tuning runs at Dirichlet 0.01
+        # the three baselines further behind (MOON, MimeLite, FedMLB), so all ten have 27 tuning runs at Dirichlet
+        # 0.01; its joint report is the ten methods' (the three sections above tuned alike)
         Section("dir0.01_fullgrid_3seeds_others", "gradma_cifar10_dir0.01_small", "algo",
                 ["moon", "mimelite", "fedmlb"], trials=9, seeds={"small": "0,1,2", "full": "0,1,2"},
                 overrides=["dataset=fmnist"], tune_seeds="100,101,102", tiny=GRADMA_TINY,
-                joint="dir0.01_fullgrid_3seeds"),
+                joint="dir0.01_fullgrid_3seeds",
+                joint_also=["dir0.01_fullgrid_3seeds_ablation", "dir0.01_fullgrid_3seeds_baselines"]),
         # the same two-seed protocol at Dirichlet 0.1, the claims' methods, then the ablation (GradMA-S's runs copied)
         Section("dir0.1_fullgrid_2seeds", "gradma_cifar10_dir0.01_small", "algo", GRADMA_CLAIMS, trials=9,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
@@ -455,7 +470,9 @@ def main(argv=None) -> int:
         print(f"== {args.paper}/{section.name} ({args.scale}): fedbench-tune {shlex.join(cmd[3:])}", flush=True)
         joint = section.joint_command(args.scale, out) if section.joint else None
         if joint:
-            print(f"   then, with section {section.joint}: fedbench-report {shlex.join(joint[0][3:])}", flush=True)
+            print(f"   then, with section{'s' if section.joint_also else ''} "
+                  f"{', '.join([section.joint, *section.joint_also])}: fedbench-report {shlex.join(joint[0][3:])}",
+                  flush=True)
         if args.dry_run:
             continue
         carried = section.selection(args.scale, out)
@@ -517,15 +534,16 @@ def run_command(cmd: List[str]) -> int:
     return rc
 
 
-def _joint_report(paper: str, section: Section, cmd: List[str], report: Path, partner: Path) -> int:
-    if not partner.is_dir():
-        print(f"reproduce.py: {paper}/{section.name}'s joint report needs the final runs of section "
-              f"'{section.joint}' ({partner}). Fix: run --section {section.joint} (same --scale and --out), then "
-              f"this section again (its finished jobs are skipped).", file=sys.stderr)
-        return 2
+def _joint_report(paper: str, section: Section, cmd: List[str], report: Path, partners: List[Path]) -> int:
+    for name, partner in zip([section.joint, *section.joint_also], partners):
+        if not partner.is_dir():
+            print(f"reproduce.py: {paper}/{section.name}'s joint report needs the final runs of section "
+                  f"'{name}' ({partner}). Fix: run --section {name} (same --scale and --out), then "
+                  f"this section again (its finished jobs are skipped).", file=sys.stderr)
+            return 2
     rc = run_command(cmd)
-    print(f"== {paper}/{section.name} with {section.joint}: {'done' if rc == 0 else f'exit status {rc}'}; "
-          f"report in {report}", flush=True)
+    print(f"== {paper}/{section.name} with {', '.join([section.joint, *section.joint_also])}: "
+          f"{'done' if rc == 0 else f'exit status {rc}'}; report in {report}", flush=True)
     return rc
 
 

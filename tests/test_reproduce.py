@@ -127,10 +127,11 @@ def test_a_joint_section_is_tuned_like_its_partner_and_waits_for_its_finals(tmp_
     assert cmd[3:5] == [str(tmp_path / "fedamd" / "small" / n / "final") for n in (partner.name, joint.name)]
     assert report == tmp_path / "fedamd" / "small" / joint.name / "report_joint"
     assert cmd[cmd.index("--tuned") + 1:cmd.index("--out")] == ["algo.server_lr", "client.lr"]
-    assert partner_final == tmp_path / "fedamd" / "small" / partner.name / "final"
+    assert partner_final == [tmp_path / "fedamd" / "small" / partner.name / "final"]
     assert reproduce._joint_report("fedamd", joint, cmd, report, partner_final) == 2
     assert "Fix: run --section a20_2seeds" in capsys.readouterr().err and not report.exists()
-    for change, message in (({"trials": 9}, "trials differ"), ({"methods": partner.methods}, "both run: fedamd"),
+    for change, message in (({"trials": 9}, "trials differ"),
+                            ({"methods": partner.methods}, "fedamd, fedavg also run by a20_2seeds_baselines"),
                             ({"joint": "a20_500"}, "is not an earlier section")):
         bad = reproduce.Section(**{**joint.__dict__, **change})
         with pytest.raises(ValueError, match=message):
@@ -142,6 +143,34 @@ def test_a_joint_section_is_tuned_like_its_partner_and_waits_for_its_finals(tmp_
     bad = reproduce.Section(**{**carried.__dict__, "after": "a20"})
     with pytest.raises(ValueError, match="after differ"):
         reproduce.check_joint([*sections, bad])
+
+
+def test_a_joint_report_takes_the_finals_of_every_section_it_names(tmp_path, capsys):
+    sections = reproduce.PAPERS["gradma"]
+    joint = next(s for s in sections if s.name == "dir0.01_fullgrid_3seeds_others")
+    names = [joint.joint, *joint.joint_also]
+    cmd, report, partners = joint.joint_command("small", tmp_path)
+    assert partners == [tmp_path / "gradma" / "small" / n / "final" for n in names]
+    assert cmd[3:7] == [*map(str, partners), str(tmp_path / "gradma" / "small" / joint.name / "final")]
+    # one partner's finals missing: no report, the fix names that section
+    for path in partners[:2]:
+        path.mkdir(parents=True)
+    assert reproduce._joint_report("gradma", joint, cmd, report, partners) == 2
+    assert f"Fix: run --section {names[2]}" in capsys.readouterr().err and not report.exists()
+    # every partner is tuned alike, and no method is in two of the report's sections
+    ablation = next(s for s in sections if s.name == names[1])
+    for change, message in (({"joint_also": [*joint.joint_also, "dir0.1_fullgrid_3seeds"]}, "not an earlier section"),
+                            ({"joint_also": ["dir0.01_fullgrid"]}, "tune_seeds differ"),
+                            ({"methods": ["moon", "gradma_s"]}, f"gradma_s also run by {joint.name}"),
+                            ({"joint": ""}, "joint_also needs joint"),
+                            ({"ablation": ["client.lr=0.1"]}, "an ablation has one partner")):
+        bad = reproduce.Section(**{**joint.__dict__, **change})
+        with pytest.raises(ValueError, match=message):
+            reproduce.check_joint([bad if s is joint else s for s in sections])
+    twice = reproduce.Section(**{**ablation.__dict__, "name": "twice", "joint": "", "joint_also": []})
+    bad = reproduce.Section(**{**joint.__dict__, "joint_also": [*joint.joint_also, "twice"]})
+    with pytest.raises(ValueError, match=f"gradma_s, gradma_w also run by {names[1]}"):
+        reproduce.check_joint([*sections, twice, bad])
 
 
 def test_a_section_reuses_the_runs_of_the_sections_it_names_where_they_exist(tmp_path):
@@ -173,7 +202,7 @@ def test_an_ablation_reruns_its_partners_methods_under_its_setting_and_reports_t
     assert reproduce.ablated_key("participation.selection.clients_per_round=50") == \
         "participation.selection.clients_per_round"
     for change, message in (({"methods": ["fedamd", "fedadam"]}, "not in the partner: fedadam"),
-                            ({"ablation": []}, "both run: fedamd"), ({"space": []}, "space differ")):
+                            ({"ablation": []}, "fedamd also run by a100_p0.9"), ({"space": []}, "space differ")):
         bad = reproduce.Section(**{**ablation.__dict__, **change})
         with pytest.raises(ValueError, match=message):
             reproduce.check_joint([partner, bad])
