@@ -12,8 +12,9 @@ evidence. The directory is ``<out>/<paper>/<scale>/<section>``, so rerunning the
 trials and final runs are skipped. A section ``joint`` with an earlier one (tuned alike, on other methods or under
 one changed setting: ``check_joint``) then writes ``report_joint/``: ``fedbench-report`` of both sections' final
 runs, and of those of the earlier sections it names in ``joint_also`` (tuned alike too, on other methods still), so
-that a comparison spread over several sections has one report. A section that extends an earlier one by a tuning seed names it in ``reuse``: where that section's directory
-exists, ``fedbench-tune --reuse-runs`` copies its finished runs of the same jobs instead of running them again.
+that a comparison spread over several sections has one report. A section that extends an earlier one by a tuning
+seed names it in ``reuse``: where that section's directory exists, ``fedbench-tune --reuse-runs`` copies its
+finished runs of the same jobs instead of running them again.
 
 ``tiny`` shrinks the small presets to seconds (the first two methods, two trials, final seeds 0 and 1): it checks
 the pipeline end to end (the slow tests run it), never a ranking.
