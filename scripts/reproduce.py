@@ -80,6 +80,11 @@ class Section:
     # copied, not rerun (fedbench-tune --reuse-runs, passed where their directories exist): a tuning seed added
     paper: str = ""
 
+    @property
+    def partners(self) -> List[str]:
+        """The sections whose finals the joint report includes beside this one's: ``joint``, then ``joint_also``."""
+        return [self.joint, *self.joint_also] if self.joint else []
+
     def directory(self, scale: str, out: Path, name: str = "") -> Path:
         """The tuning directory of section ``name`` of this paper (this section's by default) at ``scale``."""
         return out / self.paper / scale / (name or self.name)
@@ -116,7 +121,7 @@ class Section:
         comparisons across them are as fair as within one (same preset, seeds and traces, space and budget). Returns
         the command, the report's directory and the partners' final runs (the report needs them)."""
         here = self.directory(scale, out)
-        partners = [self.directory(scale, out, name) / "final" for name in (self.joint, *self.joint_also)]
+        partners = [self.directory(scale, out, name) / "final" for name in self.partners]
         group = ["algo.name" if self.key == "algo" else f"choice.{self.key}", *map(ablated_key, self.ablation)]
         tuned = sorted({item.split("=", 1)[0] for item in self.space})
         report = here / "report_joint"
@@ -161,10 +166,10 @@ def check_joint(sections: List[Section]) -> None:
         if section.ablation and section.joint_also:
             raise ValueError(f"section {section.name}: an ablation has one partner; joint_also must be empty")
         seen = {m: section.name for m in section.methods}
-        for option, name in [("joint", section.joint), *(("joint_also", n) for n in section.joint_also)]:
+        carried = next((s for s in sections if s.name == section.after), None)
+        for option, name in zip(["joint"] + ["joint_also"] * len(section.joint_also), section.partners):
             partner = earlier(sections, i, option, name)
             differ = [k for k in alike if getattr(section, k) != getattr(partner, k)]
-            carried = next((s for s in sections if s.name == section.after), None)
             if "after" in differ and carried is not None and carried.joint == partner.after:
                 differ.remove("after")  # they carry the choices of two sections that are themselves joint
             if section.ablation:  # the partner's methods again, which the report tells apart by the changed setting
@@ -476,9 +481,8 @@ def main(argv=None) -> int:
         print(f"== {args.paper}/{section.name} ({args.scale}): fedbench-tune {shlex.join(cmd[3:])}", flush=True)
         joint = section.joint_command(args.scale, out) if section.joint else None
         if joint:
-            print(f"   then, with section{'s' if section.joint_also else ''} "
-                  f"{', '.join([section.joint, *section.joint_also])}: fedbench-report {shlex.join(joint[0][3:])}",
-                  flush=True)
+            print(f"   then, with section{'s' if section.joint_also else ''} {', '.join(section.partners)}: "
+                  f"fedbench-report {shlex.join(joint[0][3:])}", flush=True)
         if args.dry_run:
             continue
         carried = section.selection(args.scale, out)
@@ -541,14 +545,14 @@ def run_command(cmd: List[str]) -> int:
 
 
 def _joint_report(paper: str, section: Section, cmd: List[str], report: Path, partners: List[Path]) -> int:
-    for name, partner in zip([section.joint, *section.joint_also], partners):
+    for name, partner in zip(section.partners, partners):
         if not partner.is_dir():
             print(f"reproduce.py: {paper}/{section.name}'s joint report needs the final runs of section "
                   f"'{name}' ({partner}). Fix: run --section {name} (same --scale and --out), then "
                   f"this section again (its finished jobs are skipped).", file=sys.stderr)
             return 2
     rc = run_command(cmd)
-    print(f"== {paper}/{section.name} with {', '.join([section.joint, *section.joint_also])}: "
+    print(f"== {paper}/{section.name} with {', '.join(section.partners)}: "
           f"{'done' if rc == 0 else f'exit status {rc}'}; report in {report}", flush=True)
     return rc
 
