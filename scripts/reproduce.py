@@ -204,6 +204,10 @@ FEDSRC_SYNTHETIC_TINY = ["rounds=3", "eval_every=1"]
 FEDSRC_PRACTICAL = ["fedsrc_d", "fedsrc_g"]
 FEDSRC_FMNIST = ["uniform", *FEDSRC_PRACTICAL, "fedsrc_d_oracle", "fedsrc_g_oracle", "md", "cluster",
                  "power_of_choice"]
+#: the samplers of the paper's real-data tables (Sec. 6), without the oracles, which train every client every round
+FEDSRC_FMNIST_PRACTICAL = [s for s in FEDSRC_FMNIST if not s.endswith("_oracle")]
+#: four points of the declared client.lr grid around the paper's fixed 0.01, the same for every sampler
+FEDSRC_FMNIST_SUBGRID = ["client.lr=0.1,0.03,0.01,0.003"]
 FEDSRC_FMNIST_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=30"]
 FEDAMD = ["fedamd", "fedavg", "scaffold", "fedpage", "bvr_l_sgd"]
 FEDAMD_TINY = [*LENET_TINY, "participation.selection.clients_per_round=4"]
@@ -274,6 +278,11 @@ PAPERS: Dict[str, List[Section]] = {
                   reuse=reuse, tiny=FEDSRC_FMNIST_TINY)
           for name, tune_seeds, reuse in (("fmnist_fullgrid", "100", []),
                                           ("fmnist_fullgrid_2seeds", "100,101", ["fmnist_fullgrid"]))),
+        # the practical samplers on a sub-grid, for SCALE=full: the paper's 300 clients, S = 20, 50 local steps and
+        # 500 rounds (the oracles would cost about 15 times a practical sampler's job there)
+        Section("fmnist_practical", "fedsrc_fmnist_small", "participation/selection", FEDSRC_FMNIST_PRACTICAL,
+                trials=4, seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, launcher="packed",
+                space=FEDSRC_FMNIST_SUBGRID, tiny=FEDSRC_FMNIST_TINY),
     ],
     "fedamd": [
         Section("a20", "fedamd_fmnist_small", "algo", FEDAMD, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
