@@ -254,3 +254,33 @@ def test_loss_targets_are_reached_at_or_below_and_compared_paired(tmp_path, caps
         assert main([str(root), *args]) == 2 and message in capsys.readouterr().err
     assert main([str(plain), "--loss-targets", "0.5"]) == 2
     assert "no run evaluated the global training loss" in capsys.readouterr().err
+
+
+def test_top_k_is_the_mean_of_the_k_highest_evaluations_and_compared_paired(sweep, tmp_path, capsys):
+    """--top-k K: FedSRC's "mean of maximum 5 accuracies", a column per K and paired comparisons like the best
+    accuracy's; a K above a completed run's evaluations, or below 1, is an error, never a mean of fewer."""
+    assert main([str(sweep), "--top-k", "3", "2", "--out", str(tmp_path / "r")]) == 0
+    out = tmp_path / "r"
+    rows = {r["group"]: r for r in _parse_md(out / "results.md")}
+    # fedavg seed 0 [0.3, 0.5, 0.6, 0.65]: top-2 (0.6 + 0.65) / 2, top-3 (0.5 + 0.6 + 0.65) / 3
+    _check(rows["algo=fedavg"]["top-2 acc"], [(0.6 + 0.65) / 2, (0.62 + 0.7) / 2, (0.71 + 0.69) / 2])
+    _check(rows["algo=fedavg"]["top-3 acc"],
+           [(0.5 + 0.6 + 0.65) / 3, (0.45 + 0.62 + 0.7) / 3, (0.55 + 0.71 + 0.69) / 3])
+    _check(rows["algo=mifa"]["top-2 acc"], [(0.72 + 0.8) / 2, (0.75 + 0.78) / 2])  # the diverged seed left out
+    assert list(rows["algo=mifa"])[:6] == ["group", "seeds", "final acc", "best acc", "top-2 acc", "top-3 acc"]
+    data = json.loads((out / "report.json").read_text())
+    assert data["top_k"] == [2, 3]
+    pair = next(c for c in data["comparisons"] if c["score"] == "top-2 mean test acc" and {c["a"], c["b"]} == {
+        "algo=fedavg", "algo=mifa"})
+    fedavg, mifa = ((0.6 + 0.65) / 2, (0.62 + 0.7) / 2), ((0.72 + 0.8) / 2, (0.75 + 0.78) / 2)  # seeds 0 and 1
+    sign = 1 if pair["a"] == "algo=fedavg" else -1
+    assert pair["n"] == 2 and pair["mean_diff"] == pytest.approx(sign * np.mean(np.subtract(fedavg, mifa)))
+    assert "top-3 mean test acc" in (out / "comparisons.md").read_text()
+    assert "top-2 acc" in (out / "index.html").read_text() and "top-2 acc" in (out / "results.tex").read_text()
+    assert "top" not in (report([sweep]).folder / "results.md").read_text()  # without --top-k, as before
+    capsys.readouterr()
+    assert main([str(sweep), "--top-k", "0"]) == 2
+    assert "--top-k 0: k is a number of evaluations, at least 1" in capsys.readouterr().err
+    assert main([str(sweep), "--top-k", "5"]) == 2  # every completed run has 4 evaluations
+    err = capsys.readouterr().err
+    assert "--top-k 5: the completed run" in err and "only 4 evaluations" in err and "at most 4" in err

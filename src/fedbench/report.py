@@ -1,15 +1,16 @@
 """fedbench-report: read a sweep's run directories and write curves, tables and one HTML page.
 
     python -m fedbench.report outputs/multirun/<date>/<time> [more dirs] [--group-by algo.name ...]
-        [--targets 0.7 0.8] [--loss-targets 0.6 0.5] [--out DIR]
+        [--targets 0.7 0.8] [--loss-targets 0.6 0.5] [--top-k 5 10] [--out DIR]
 
 A run is a directory holding ``config.yaml`` (outside ``.hydra``) and ``metrics.csv`` / ``summary.json`` /
 ``error.log``. Runs are grouped by every config difference except the seed (``IGNORED``: seeds, logging, resume
 and paths), or by the ``--group-by`` keys. Every number is recomputed from ``metrics.csv`` (``rounds.csv`` for
-participation): a run's final accuracy is its last evaluation, its best the maximum over evaluations, its cost to
-a target the counters of the first evaluation at or above it (at or below it for a loss target: the global
-training loss). Means and standard deviations (sample std, ddof=1) are over the group's completed runs; diverged,
-failed and interrupted runs are listed with their reasons and left out of the means. Writes into
+participation): a run's final accuracy is its last evaluation, its best the maximum over evaluations, its top-k
+accuracy (``--top-k``) the mean of its k highest evaluations, its cost to a target the counters of the first
+evaluation at or above it (at or below it for a loss target: the global training loss). Means and standard
+deviations (sample std, ddof=1) are over the group's completed runs; diverged, failed and interrupted runs are listed
+with their reasons and left out of the means. Writes into
 ``<first dir>/report/`` (or ``--out``): ``curves_<axis>.png/.pdf`` (test accuracy, test loss and training loss
 against rounds, gradient evaluations and floats communicated; mean line and a shaded
 band of ±1 std, distinct line styles and markers for black-and-white print; where runs evaluated it
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import csv
 import difflib
+import functools
 import html
 import io
 import json
@@ -391,6 +393,19 @@ def best_acc(run: Run) -> float:
     return float(np.nanmax(run.metrics["test_acc"]))
 
 
+def evaluations(run: Run) -> np.ndarray:
+    """The run's test accuracies, one per evaluation that has one."""
+    acc = run.metrics["test_acc"]
+    return acc[np.isfinite(acc)]
+
+
+def top_acc(run: Run, k: int) -> float:
+    """The mean of the run's ``k`` highest test accuracies over its evaluations: the statistic of FedSRC's tables,
+    "the mean of maximum 5 accuracies" (k = 5; its CIFAR-10 appendix says 10). ``check_options`` makes every
+    completed run have at least ``k`` evaluations."""
+    return float(np.sort(evaluations(run))[-k:].mean())
+
+
 def final_global_loss(run: Run) -> float:
     """The global training loss (``engine.eval_train``: the global model on the whole training set, the loss the
     FedSRC and Wang-Ji papers plot) at the run's last evaluation that has one; nan where the run has none."""
@@ -410,11 +425,18 @@ SCORES = (("final test acc", final_acc, True), ("best test acc", best_acc, True)
 LOWER_IS_BETTER = {score for score, _, higher in SCORES if not higher}
 
 
-def group_table(group: Group, targets: Sequence[Target]) -> dict:
+def scores(top_k: Sequence[int] = ()) -> tuple:
+    """``SCORES`` with a "top-k mean test acc" (``top_acc``) after the best accuracy for each k of ``top_k``."""
+    top = tuple((f"top-{k} mean test acc", functools.partial(top_acc, k=k), True) for k in top_k)
+    return SCORES[:2] + top + SCORES[2:]
+
+
+def group_table(group: Group, targets: Sequence[Target], top_k: Sequence[int] = ()) -> dict:
     done = group.completed
     row = {"group": group.label, "runs": len(group.runs), "completed": len(done),
            "final_acc": mean_std([final_acc(r) for r in done]),
            "best_acc": mean_std([best_acc(r) for r in done]),
+           "top_acc": {str(k): mean_std([top_acc(r, k) for r in done]) for k in top_k},
            "global_loss": mean_std([final_global_loss(r) for r in done]),  # nan (left out) without eval_train
            "wall_time": mean_std([r.wall for r in done]),
            "flags": [f"{r.status} (seed {r.seed}): {r.reason or 'no reason recorded'}" for r in group.runs
@@ -453,8 +475,15 @@ def _lossy(rows: List[dict]) -> bool:
     return any(r["global_loss"][2] for r in rows)
 
 
-def _columns(targets: Sequence[Target], timed: bool = False, lossy: bool = False) -> List[str]:
-    cols = ["group", "seeds", "final acc", "best acc"] + (["final global train loss"] if lossy else [])
+def _tops(rows: List[dict]) -> List[str]:
+    """The k of each top-k accuracy the rows give (``--top-k``), in order."""
+    return list(rows[0]["top_acc"]) if rows else []
+
+
+def _columns(targets: Sequence[Target], timed: bool = False, lossy: bool = False,
+             tops: Sequence[str] = ()) -> List[str]:
+    cols = ["group", "seeds", "final acc", "best acc", *(f"top-{k} acc" for k in tops)]
+    cols += ["final global train loss"] if lossy else []
     for t in targets:
         cols += [f"rounds to {t.key}", f"grads to {t.key}", f"floats to {t.key}"]
         cols += [f"sim hours to {t.key}"] if timed else []
@@ -462,7 +491,8 @@ def _columns(targets: Sequence[Target], timed: bool = False, lossy: bool = False
 
 
 def _cells(row: dict, targets: Sequence[Target], timed: bool = False, lossy: bool = False) -> List[str]:
-    cells = [row["group"], f"{row['completed']}/{row['runs']}", _fmt(row["final_acc"]), _fmt(row["best_acc"])]
+    cells = [row["group"], f"{row['completed']}/{row['runs']}", _fmt(row["final_acc"]), _fmt(row["best_acc"]),
+             *(_fmt(v) for v in row["top_acc"].values())]
     cells += [_fmt(row["global_loss"])] if lossy else []
     for t in targets:
         hit = row["targets"][t.key]
@@ -474,7 +504,7 @@ def _cells(row: dict, targets: Sequence[Target], timed: bool = False, lossy: boo
 
 def markdown(rows: List[dict], targets: Sequence[Target]) -> str:
     timed, lossy = _timed(rows), _lossy(rows)
-    cols = _columns(targets, timed, lossy)
+    cols = _columns(targets, timed, lossy, _tops(rows))
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r, targets, timed, lossy)) + " |"
               for r in rows]
@@ -486,7 +516,7 @@ def latex(rows: List[dict], targets: Sequence[Target]) -> str:
         return re.sub(r"([_%&#$])", r"\\\1", s).replace("±", r"$\pm$").replace("—", "--")
 
     timed, lossy = _timed(rows), _lossy(rows)
-    cols = _columns(targets, timed, lossy)
+    cols = _columns(targets, timed, lossy, _tops(rows))
     out = [r"\begin{tabular}{l" + "r" * (len(cols) - 2) + "l}", r"\toprule",
            " & ".join(esc(c) for c in cols) + r" \\", r"\midrule"]
     out += [" & ".join(esc(c) for c in _cells(r, targets, timed, lossy)) + r" \\" for r in rows]
@@ -597,12 +627,12 @@ def _pairs(groups: List[Group]):
                 yield a, b, key, (f"{_short(key)}={a.values[key]}", f"{_short(key)}={b.values[key]}")
 
 
-def comparisons(groups: List[Group]) -> List[dict]:
-    """Every pair of groups whose labels differ in exactly one key, compared on each score over the seeds both
-    completed (``fedbench.stats.paired``)."""
+def comparisons(groups: List[Group], top_k: Sequence[int] = ()) -> List[dict]:
+    """Every pair of groups whose labels differ in exactly one key, compared on each score (``scores``) over the
+    seeds both completed (``fedbench.stats.paired``)."""
     rows = []
     for a, b, key, names in _pairs(groups):
-        for score, fn, higher_better in SCORES:
+        for score, fn, higher_better in scores(top_k):
             if not higher_better and not all(math.isfinite(fn(r)) for r in a.completed + b.completed):
                 continue
             seeds, x, y = stats.shared_seeds(a.by_seed(fn), b.by_seed(fn))
@@ -737,7 +767,7 @@ def plot_profile(agg: List[dict], out: Path) -> None:
 def index_html(title: str, rows: List[dict], part: List[dict], targets: Sequence[Target], n_runs: int,
                compared: str = "", axes: Sequence[tuple] = AXES) -> str:
     timed, lossy = _timed(rows), _lossy(rows)
-    results = _html_table(_columns(targets, timed, lossy),
+    results = _html_table(_columns(targets, timed, lossy, _tops(rows)),
                           [[html.escape(c) for c in _cells(r, targets, timed, lossy)] for r in rows])
     part_rows = [[html.escape(r["group"]), _fmt(r["available"], 3), _fmt(r["selected"], 3), _fmt(r["completed"], 3),
                   f'<img src="{r["trace"]}" alt="participation trace, seed {r["trace_seed"]}" width="360"{_MISSING}>'
@@ -773,9 +803,21 @@ def _compared_html(pairs: List[dict], agg: List[dict], costs: Sequence[dict] = (
 
 
 def check_options(runs: List[Run], group_by: Optional[Sequence[str]], targets: Optional[Sequence[float]],
-                  tuned: Sequence[str], loss_targets: Optional[Sequence[float]] = None) -> None:
+                  tuned: Sequence[str], loss_targets: Optional[Sequence[float]] = None,
+                  top_k: Sequence[int] = ()) -> None:
     """``ReportError`` for a target outside (0, 1] or not finite, a loss target not positive and finite or that no
-    run can reach (none evaluated the global training loss), or a key that no run's config has."""
+    run can reach (none evaluated the global training loss), a top-k below 1 or above a completed run's number of
+    evaluations, or a key that no run's config has."""
+    for k in top_k:
+        if k < 1:
+            raise ReportError(f"--top-k {k}: k is a number of evaluations, at least 1. Fix: pass values such as "
+                              "--top-k 5 (FedSRC's tables) or --top-k 5 10.")
+    short = min((r for r in runs if r.completed), key=lambda r: evaluations(r).size, default=None)
+    if top_k and short is not None and evaluations(short).size < max(top_k):
+        raise ReportError(f"--top-k {max(top_k)}: the completed run {short.path} has only "
+                          f"{evaluations(short).size} evaluations with a test accuracy, so its top-{max(top_k)} mean "
+                          f"is undefined. Fix: pass a k of at most {evaluations(short).size}, or evaluate more often "
+                          "(eval_every).")
     for t in targets or ():
         if not (math.isfinite(t) and 0 < t <= 1):
             raise ReportError(f"--targets {t:g}: a target is a test accuracy, a fraction in (0, 1]. Fix: pass "
@@ -801,11 +843,12 @@ def check_options(runs: List[Run], group_by: Optional[Sequence[str]], targets: O
 def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[Sequence[str]] = None,
            targets: Optional[Sequence[float]] = None, tuned: Sequence[str] = (),
            runs: Optional[List[Run]] = None, unreadable: Sequence[Tuple[Path, str]] = (),
-           loss_targets: Optional[Sequence[float]] = None) -> Written:
+           loss_targets: Optional[Sequence[float]] = None, top_k: Sequence[int] = ()) -> Written:
     """Write the report of the runs under ``dirs`` (``runs`` and ``unreadable``: already ``scan``-ned from them);
     return its folder and the runs it left out. ``tuned``: keys chosen per group by ``fedbench-tune`` (shown in
     the labels, not separating groups). ``targets`` (test accuracies) and ``loss_targets`` (global training losses):
-    by default the runs' ``targets`` and ``loss_targets``. Unreadable runs are listed in every file of the report;
+    by default the runs' ``targets`` and ``loss_targets``. ``top_k``: a top-k mean accuracy (``top_acc``) in the
+    tables and comparisons for each k. Unreadable runs are listed in every file of the report;
     ``ReportError`` for bad options, no readable run, or a report folder that cannot be written."""
     dirs = [Path(d) for d in dirs]
     for d in dirs:
@@ -817,7 +860,8 @@ def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[
         damaged = f" ({len(unreadable)} unreadable: {unreadable[0][0]}: {unreadable[0][1]})" if unreadable else ""
         raise ReportError(f"no runs (folders with config.yaml and metrics.csv or summary.json) under "
                           f"{', '.join(map(str, dirs))}{damaged}. Fix: pass a sweep's output directory.")
-    check_options(runs, group_by, targets, tuned, loss_targets)
+    top_k = sorted({int(k) for k in top_k})
+    check_options(runs, group_by, targets, tuned, loss_targets, top_k)
     if targets is None:
         targets = sorted({float(t) for r in runs for t in (r.config.get("targets") or [])
                           if isinstance(t, (int, float)) and 0 < t <= 1})
@@ -828,7 +872,7 @@ def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[
     levels = [Target(float(t)) for t in targets] + [Target(float(t), loss=True) for t in loss_targets]
     out = Path(out) if out else dirs[0] / "report"
     try:
-        repeated = _write_report(dirs, out, runs, unreadable, group_by, levels, tuned)
+        repeated = _write_report(dirs, out, runs, unreadable, group_by, levels, tuned, top_k)
     except OSError as exc:
         raise ReportError(f"cannot write the report in {out}: {exc.strerror or exc}. Fix: pass --out <a folder "
                           "you can write to>.") from None
@@ -856,25 +900,26 @@ class Written:
 
 def _write_report(dirs: List[Path], out: Path, runs: List[Run], unreadable: Sequence[Tuple[Path, str]],
                   group_by: Optional[Sequence[str]], targets: Sequence[Target],
-                  tuned: Sequence[str]) -> List[Tuple[Path, str]]:
+                  tuned: Sequence[str], top_k: Sequence[int] = ()) -> List[Tuple[Path, str]]:
     """Write every file of the report into ``out``; return the runs left out as repeated seeds."""
     out.mkdir(parents=True, exist_ok=True)
     groups = group_runs(runs, group_by, tuned)
     repeated = repeated_runs(groups)
-    rows = [group_table(g, targets) for g in groups]
+    rows = [group_table(g, targets, top_k) for g in groups]
     (out / "results.md").write_text(markdown(rows, targets) + _left_out_md(UNREADABLE, unreadable)
                                     + _left_out_md(REPEATED, repeated))
     (out / "results.tex").write_text(latex(rows, targets))
     plot_curves(groups, out)
     part = participation_rows(groups, out)
     (out / "participation.md").write_text(_participation_md(part))
-    pairs, costs = comparisons(groups), cost_comparisons(groups, targets)
+    pairs, costs = comparisons(groups, top_k), cost_comparisons(groups, targets)
     varying = [k for k in (groups[0].values if groups else {}) if len({repr(g.values.get(k)) for g in groups}) > 1]
     agg = aggregate(groups, "algo.name" if "algo.name" in varying else (varying[0] if varying else None))
     (out / "comparisons.md").write_text(_comparisons_md(pairs, agg, costs))
     plot_profile(agg, out)
     (out / "report.json").write_text(json.dumps(strict_json(
         {"targets": [t.value for t in targets if not t.loss], "loss_targets": [t.value for t in targets if t.loss],
+         "top_k": list(top_k),
          "groups": [{**r, "members": [str(run.path) for run in g.runs]} for r, g in zip(rows, groups)],
          "comparisons": pairs, "cost_comparisons": costs,
          "aggregate": [{k: v for k, v in a.items() if k != "scores"} for a in agg],
@@ -917,6 +962,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--targets", nargs="+", type=float, help="test-accuracy targets in (0, 1] (default: the runs')")
     parser.add_argument("--loss-targets", nargs="+", type=float, metavar="LOSS",
                         help="global-training-loss targets > 0, reached at or below (default: the runs' loss_targets)")
+    parser.add_argument("--top-k", nargs="+", type=int, default=(), metavar="K",
+                        help="also the mean of each run's K highest test accuracies (FedSRC's tables: 5)")
     parser.add_argument("--out", type=Path, help="report folder (default: <first dir>/report)")
     parser.add_argument("--tuned", nargs="+", default=(), metavar="KEY",
                         help="keys tuned per group (fedbench-tune): shown in the labels, not separating groups")
@@ -924,7 +971,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         runs, unreadable = scan([d for d in args.dirs if d.is_dir()])
         written = report(args.dirs, args.out, args.group_by, args.targets, args.tuned, runs=runs,
-                         unreadable=unreadable, loss_targets=args.loss_targets)
+                         unreadable=unreadable, loss_targets=args.loss_targets, top_k=args.top_k)
     except FedbenchError as exc:
         print(f"fedbench-report: error: {exc}", file=sys.stderr)
         return 2
