@@ -108,7 +108,7 @@ def test_a_config_class_does_not_repeat_an_inherited_default(config):
 def test_every_group_lists_its_registered_and_preset_options():
     assert {"fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "wait_full"} <= set(group_options("algo"))
     assert {"markov", "bernoulli"} <= set(group_options("participation/availability"))
-    assert {"fedsrc_d", "fedsrc_d_oracle"} <= set(group_options("participation/selection"))
+    assert {"fedsrc_d", "fedsrc_d_oracle", "fedsrc_d_code"} <= set(group_options("participation/selection"))
     assert {"algo", "participation/selection", "dataset", "experiment"} <= set(groups())
     assert not any(g.startswith("schema") for g in groups())
 
