@@ -812,12 +812,12 @@ def check_options(runs: List[Run], group_by: Optional[Sequence[str]], targets: O
         if k < 1:
             raise ReportError(f"--top-k {k}: k is a number of evaluations, at least 1. Fix: pass values such as "
                               "--top-k 5 (FedSRC's tables) or --top-k 5 10.")
-    short = min((r for r in runs if r.completed), key=lambda r: evaluations(r).size, default=None)
-    if top_k and short is not None and evaluations(short).size < max(top_k):
-        raise ReportError(f"--top-k {max(top_k)}: the completed run {short.path} has only "
-                          f"{evaluations(short).size} evaluations with a test accuracy, so its top-{max(top_k)} mean "
-                          f"is undefined. Fix: pass a k of at most {evaluations(short).size}, or evaluate more often "
-                          "(eval_every).")
+    if top_k:
+        n, short = min(((evaluations(r).size, r.path) for r in runs if r.completed), default=(math.inf, None))
+        if n < max(top_k):
+            raise ReportError(f"--top-k {max(top_k)}: the completed run {short} has only {n} evaluations with a "
+                              f"test accuracy, so its top-{max(top_k)} mean is undefined. Fix: pass a k of at most "
+                              f"{n}, or evaluate more often (eval_every).")
     for t in targets or ():
         if not (math.isfinite(t) and 0 < t <= 1):
             raise ReportError(f"--targets {t:g}: a target is a test accuracy, a fraction in (0, 1]. Fix: pass "
