@@ -280,15 +280,14 @@ PAPERS: Dict[str, List[Section]] = {
                                           ("fmnist_fullgrid_2seeds", "100,101", ["fmnist_fullgrid"]))),
         # the practical samplers on a sub-grid, for SCALE=full: the paper's 300 clients, S = 20, 50 local steps and
         # 500 rounds (the oracles would cost about 15 times a practical sampler's job there); five final seeds (the
-        # first three gave FedSRC-D's lead over uniform on final accuracy on 3/3 seeds, without a t-verdict)
-        Section("fmnist_practical", "fedsrc_fmnist_small", "participation/selection", FEDSRC_FMNIST_PRACTICAL,
-                trials=4, seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, launcher="packed",
-                space=FEDSRC_FMNIST_SUBGRID, tiny=FEDSRC_FMNIST_TINY),
+        # first three gave FedSRC-D's lead over uniform on final accuracy on 3/3 seeds, without a t-verdict); then
         # FedSRC-D with the official code's scorer (fedsrc_d_code, note A9: a beta = 0.5 mix of the update's norm and
         # its distance to the cohort's mean, the code behind Tables 2-5), tuned alike, reported with those finals
-        Section("fmnist_practical_code", "fedsrc_fmnist_small", "participation/selection", ["fedsrc_d_code"],
-                trials=4, seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, launcher="packed",
-                space=FEDSRC_FMNIST_SUBGRID, tiny=FEDSRC_FMNIST_TINY, joint="fmnist_practical"),
+        *(Section(name, "fedsrc_fmnist_small", "participation/selection", methods, trials=4,
+                  seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, launcher="packed", space=FEDSRC_FMNIST_SUBGRID,
+                  tiny=FEDSRC_FMNIST_TINY, joint=joint)
+          for name, methods, joint in (("fmnist_practical", FEDSRC_FMNIST_PRACTICAL, ""),
+                                       ("fmnist_practical_code", ["fedsrc_d_code"], "fmnist_practical"))),
     ],
     "fedamd": [
         Section("a20", "fedamd_fmnist_small", "algo", FEDAMD, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
