@@ -288,6 +288,14 @@ PAPERS: Dict[str, List[Section]] = {
                   tiny=FEDSRC_FMNIST_TINY, joint=joint)
           for name, methods, joint in (("fmnist_practical", FEDSRC_FMNIST_PRACTICAL, ""),
                                        ("fmnist_practical_code", ["fedsrc_d_code"], "fmnist_practical"))),
+        # Table 5 (S in {10, 30, 50} clients a round at Dirichlet alpha = 1) for FedSRC-D's claim against uniform,
+        # at SCALE=full as above; a job at S = 10 costs under a minute there, so five final seeds, three above
+        *(Section(f"fmnist_practical_alpha1_s{s}", "fedsrc_fmnist_small", "participation/selection",
+                  ["uniform", "fedsrc_d"], trials=4, seeds={"small": "0,1,2,3,4", "full": seeds}, launcher="packed",
+                  overrides=["partition.alpha=1.0", f"where_supported.participation.selection.clients_per_round={s}"],
+                  space=FEDSRC_FMNIST_SUBGRID,
+                  tiny=[*FEDSRC_FMNIST_TINY, f"where_supported.participation.selection.clients_per_round={s // 5}"])
+          for s, seeds in ((10, "0,1,2,3,4"), (30, "0,1,2"), (50, "0,1,2"))),
     ],
     "fedamd": [
         Section("a20", "fedamd_fmnist_small", "algo", FEDAMD, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
