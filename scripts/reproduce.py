@@ -208,7 +208,7 @@ FEDSRC_FMNIST = ["uniform", *FEDSRC_PRACTICAL, "fedsrc_d_oracle", "fedsrc_g_orac
 FEDSRC_FMNIST_PRACTICAL = [s for s in FEDSRC_FMNIST if not s.endswith("_oracle")]
 #: four points of the declared client.lr grid around the paper's fixed 0.01, the same for every sampler
 FEDSRC_FMNIST_SUBGRID = ["client.lr=0.1,0.03,0.01,0.003"]
-FEDSRC_FMNIST_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=30"]
+FEDSRC_FMNIST_TINY = ["rounds=3", "eval_every=1", "client.local_steps=2", "partition.num_clients=30", "top_k=[2]"]
 FEDAMD = ["fedamd", "fedavg", "scaffold", "fedpage", "bvr_l_sgd"]
 FEDAMD_TINY = [*LENET_TINY, "participation.selection.clients_per_round=4"]
 FEDAMD_SCHEDULES = ["fedamd_sequential", "fedamd", "fedamd_sequential3", "fedavg"]

@@ -113,6 +113,7 @@ def generated_bad():
         (["participation.selection.clients_per_round=50"], "participation.selection.clients_per_round"),
         (["targets=[1.5]"], "targets"),
         (["loss_targets=[0.5]"], "loss_targets"),
+        (["top_k=[0]"], "top_k"),
         (["hydra.run.dir=/proc/fedbench"], "hydra.run.dir"),
         (["engine.client_state=memmap", "algo=mifa", "engine.client_state_dir=/proc/x"], "engine.client_state_dir"),
         (["resume=/nonexistent/run"], "resume"),

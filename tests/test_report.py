@@ -284,3 +284,25 @@ def test_top_k_is_the_mean_of_the_k_highest_evaluations_and_compared_paired(swee
     assert main([str(sweep), "--top-k", "5"]) == 2  # every completed run has 4 evaluations
     err = capsys.readouterr().err
     assert "--top-k 5: the completed run" in err and "only 4 evaluations" in err and "at most 4" in err
+
+
+def test_a_top_k_the_runs_declare_is_reported_without_the_option_and_one_too_large_is_named(tmp_path, capsys):
+    """top_k in the runs' config (FedSRC's presets: 5 and 10) is the report's default --top-k; it never separates
+    groups (the old runs without it sit beside the new ones); a declared k above a completed run's evaluations is
+    left out, and named with the run, where an explicit --top-k is an error; --top-k replaces the declared ones."""
+    root = tmp_path / "multirun"
+    for k, ((algo, seed), acc) in enumerate(ACCS.items()):
+        if algo != "fedprox":  # fedavg's seed 0 from before the key: no top_k
+            _write_run(root / str(k), algo, seed, acc, config={"top_k": [2, 5]} if (algo, seed) != ("fedavg", 0)
+                       else None)
+    out = tmp_path / "r"
+    assert main([str(root), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "1 top-k accuracies left out (pass --top-k to choose k)" in err and "top-5 (the runs' top_k)" in err
+    assert "only 4 evaluations" in err
+    rows = {r["group"]: r for r in _parse_md(out / "results.md")}
+    assert set(rows) == {"algo=fedavg", "algo=mifa"} and "top-5 acc" not in rows["algo=fedavg"]
+    _check(rows["algo=fedavg"]["top-2 acc"], [(0.6 + 0.65) / 2, (0.62 + 0.7) / 2, (0.71 + 0.69) / 2])
+    assert json.loads((out / "report.json").read_text())["top_k"] == [2]
+    assert main([str(root), "--top-k", "3", "--out", str(out)]) == 0 and not capsys.readouterr().err
+    assert list(_parse_md(out / "results.md")[0])[4] == "top-3 acc" and "top-2" not in (out / "results.md").read_text()

@@ -445,8 +445,8 @@ SMOKE = ["experiment=smoke", "logger=csv", "rounds=6", "eval_every=3"]
 
 def test_fedbench_tune_end_to_end_then_resumes_without_rerunning(tmp_path):
     out = tmp_path / "tune"
-    args = [*SMOKE, f"data.root={tmp_path / 'data'}", "--algos", "fedavg,mifa", "--trials", "2", "--seeds", "0,1",
-            "--dir", str(out)]
+    args = [*SMOKE, f"data.root={tmp_path / 'data'}", "top_k=[2]", "--algos", "fedavg,mifa", "--trials", "2",
+            "--seeds", "0,1", "--dir", str(out)]
     proc = tune(args, tmp_path)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text
@@ -461,6 +461,7 @@ def test_fedbench_tune_end_to_end_then_resumes_without_rerunning(tmp_path):
             assert config["client"]["lr"] == chosen["params"]["client.lr"] and config["data"]["val_fraction"] == 0.1
     results = (out / "report" / "results.md").read_text()
     assert "algo=fedavg [client.lr=" in results and "algo=mifa [client.lr=" in results
+    assert "top-2 acc" in results  # the top-k the runs declare, as a preset does (FedSRC's: 5 and 10)
     assert "algo=" in (out / "report" / "comparisons.md").read_text().split("| verdict |")[1]
     assert "Traceback" not in text
     again = tune(args, tmp_path)

@@ -4,20 +4,19 @@
         [--targets 0.7 0.8] [--loss-targets 0.6 0.5] [--top-k 5 10] [--out DIR]
 
 A run is a directory holding ``config.yaml`` (outside ``.hydra``) and ``metrics.csv`` / ``summary.json`` /
-``error.log``. Runs are grouped by every config difference except the seed (``IGNORED``: seeds, logging, resume
-and paths), or by the ``--group-by`` keys. Every number is recomputed from ``metrics.csv`` (``rounds.csv`` for
-participation): a run's final accuracy is its last evaluation, its best the maximum over evaluations, its top-k
-accuracy (``--top-k``) the mean of its k highest evaluations, its cost to a target the counters of the first
-evaluation at or above it (at or below it for a loss target: the global training loss). Means and standard
+``error.log``. Runs are grouped by every config difference except the seed (``IGNORED``: seeds, logging, resume and
+paths), or by the ``--group-by`` keys. Every number is recomputed from ``metrics.csv`` (``rounds.csv`` for
+participation): a run's final accuracy is its last evaluation, its best the maximum over evaluations, its top-k accuracy
+(``--top-k``, by default the runs' ``top_k``) the mean of its k highest evaluations, its cost to a target the counters
+of the first evaluation at or above it (at or below it for a loss target: the global training loss). Means and standard
 deviations (sample std, ddof=1) are over the group's completed runs; diverged, failed and interrupted runs are listed
-with their reasons and left out of the means. Writes into
-``<first dir>/report/`` (or ``--out``): ``curves_<axis>.png/.pdf`` (test accuracy, test loss and training loss
-against rounds, gradient evaluations and floats communicated; mean line and a shaded
-band of ±1 std, distinct line styles and markers for black-and-white print; where runs evaluated it
-(``engine.eval_train``), a fourth panel, the global training loss, which the tables and paired comparisons give
-too: the training loss above is the participants' own during their local steps), ``results.md``, ``results.tex``,
-``participation.md`` with each group's seed-0 trace image, ``comparisons.md`` (groups that differ in one key,
-compared seed by seed on each score, and on each cost to each target with a run that missed it censored at its
+with their reasons and left out of the means. Writes into ``<first dir>/report/`` (or ``--out``):
+``curves_<axis>.png/.pdf`` (test accuracy, test loss and training loss against rounds, gradient evaluations and floats
+communicated; mean line and a shaded band of ±1 std, distinct line styles and markers for black-and-white print; where
+runs evaluated it (``engine.eval_train``), a fourth panel, the global training loss, which the tables and paired
+comparisons give too: the training loss above is the participants' own during their local steps), ``results.md``,
+``results.tex``, ``participation.md`` with each group's seed-0 trace image, ``comparisons.md`` (groups that differ in
+one key, compared seed by seed on each score, and on each cost to each target with a run that missed it censored at its
 budget: ``fedbench.stats``), ``report.json`` and ``index.html``.
 
 A damaged run (a file missing, truncated, not UTF-8, or not what it claims: ``load_run``) is left out and listed
@@ -56,7 +55,7 @@ from fedbench.tree import flatten, strict_json
 
 #: config keys that never separate groups: the seed, and what only changes where or how a run is logged
 IGNORED = ("seed", "data.seed", "data.root", "data.cache", "logger.*", "resume", "checkpoint_every",
-           "checkpoint_keep", "engine.client_state_dir", "engine.num_threads", "hydra.*", "choice.*")
+           "checkpoint_keep", "engine.client_state_dir", "engine.num_threads", "top_k", "hydra.*", "choice.*")
 #: ``choice.<group>``: the option Hydra composed for a config group (``choice.participation/selection``:
 #: ``fedsrc_d_oracle``), read from the run's ``.hydra/hydra.yaml``; a ``--group-by`` key, never a default one
 METRICS = tuple((c, label(c)) for c in CURVES)
@@ -802,6 +801,22 @@ def _compared_html(pairs: List[dict], agg: List[dict], costs: Sequence[dict] = (
             f"{table}{cost_table}{profile}")
 
 
+def fewest_evaluations(runs: List[Run]) -> Tuple[float, Optional[Path]]:
+    """The smallest number of evaluations with a test accuracy among the completed runs, and that run's path
+    (``inf`` and None when none completed): the largest k a top-k accuracy may take."""
+    return min(((evaluations(r).size, r.path) for r in runs if r.completed), default=(math.inf, None))
+
+
+def declared_top_k(runs: List[Run]) -> Tuple[List[int], List[str]]:
+    """The top-k accuracies the runs' configs declare (``top_k``, e.g. FedSRC's presets: 5), each k at most
+    ``fewest_evaluations``; and, for each k left out, why (a short run, such as a smoke test of the preset)."""
+    declared = sorted({int(k) for r in runs for k in (r.config.get("top_k") or [])})
+    n, short = fewest_evaluations(runs)
+    return ([k for k in declared if k <= n],
+            [f"top-{k} (the runs' top_k): the completed run {short} has only {n} evaluations with a test accuracy"
+             for k in declared if k > n])
+
+
 def check_options(runs: List[Run], group_by: Optional[Sequence[str]], targets: Optional[Sequence[float]],
                   tuned: Sequence[str], loss_targets: Optional[Sequence[float]] = None,
                   top_k: Sequence[int] = ()) -> None:
@@ -813,7 +828,7 @@ def check_options(runs: List[Run], group_by: Optional[Sequence[str]], targets: O
             raise ReportError(f"--top-k {k}: k is a number of evaluations, at least 1. Fix: pass values such as "
                               "--top-k 5 (FedSRC's tables) or --top-k 5 10.")
     if top_k:
-        n, short = min(((evaluations(r).size, r.path) for r in runs if r.completed), default=(math.inf, None))
+        n, short = fewest_evaluations(runs)
         if n < max(top_k):
             raise ReportError(f"--top-k {max(top_k)}: the completed run {short} has only {n} evaluations with a "
                               f"test accuracy, so its top-{max(top_k)} mean is undefined. Fix: pass a k of at most "
@@ -843,13 +858,14 @@ def check_options(runs: List[Run], group_by: Optional[Sequence[str]], targets: O
 def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[Sequence[str]] = None,
            targets: Optional[Sequence[float]] = None, tuned: Sequence[str] = (),
            runs: Optional[List[Run]] = None, unreadable: Sequence[Tuple[Path, str]] = (),
-           loss_targets: Optional[Sequence[float]] = None, top_k: Sequence[int] = ()) -> Written:
+           loss_targets: Optional[Sequence[float]] = None, top_k: Optional[Sequence[int]] = None) -> Written:
     """Write the report of the runs under ``dirs`` (``runs`` and ``unreadable``: already ``scan``-ned from them);
     return its folder and the runs it left out. ``tuned``: keys chosen per group by ``fedbench-tune`` (shown in
     the labels, not separating groups). ``targets`` (test accuracies) and ``loss_targets`` (global training losses):
     by default the runs' ``targets`` and ``loss_targets``. ``top_k``: a top-k mean accuracy (``top_acc``) in the
-    tables and comparisons for each k. Unreadable runs are listed in every file of the report;
-    ``ReportError`` for bad options, no readable run, or a report folder that cannot be written."""
+    tables and comparisons for each k, by default the runs' ``top_k`` (``declared_top_k``). Unreadable runs are
+    listed in every file of the report; ``ReportError`` for bad options, no readable run, or a report folder that
+    cannot be written."""
     dirs = [Path(d) for d in dirs]
     for d in dirs:
         if not d.is_dir():
@@ -860,7 +876,7 @@ def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[
         damaged = f" ({len(unreadable)} unreadable: {unreadable[0][0]}: {unreadable[0][1]})" if unreadable else ""
         raise ReportError(f"no runs (folders with config.yaml and metrics.csv or summary.json) under "
                           f"{', '.join(map(str, dirs))}{damaged}. Fix: pass a sweep's output directory.")
-    top_k = sorted({int(k) for k in top_k})
+    top_k, dropped = declared_top_k(runs) if top_k is None else (sorted({int(k) for k in top_k}), [])
     check_options(runs, group_by, targets, tuned, loss_targets, top_k)
     if targets is None:
         targets = sorted({float(t) for r in runs for t in (r.config.get("targets") or [])
@@ -876,25 +892,31 @@ def report(dirs: Sequence[Path], out: Optional[Path] = None, group_by: Optional[
     except OSError as exc:
         raise ReportError(f"cannot write the report in {out}: {exc.strerror or exc}. Fix: pass --out <a folder "
                           "you can write to>.") from None
-    return Written(out, tuple(unreadable), tuple(repeated))
+    return Written(out, tuple(unreadable), tuple(repeated), tuple(dropped))
 
 
 @dataclass(frozen=True)
 class Written:
-    """What ``report`` wrote: its ``folder``, and the runs it left out of every table and curve, each (path, why):
-    ``unreadable`` ones and ``repeated`` seeds (listed in every file of the report too)."""
+    """What ``report`` wrote: its ``folder``, the runs it left out of every table and curve, each (path, why):
+    ``unreadable`` ones and ``repeated`` seeds (listed in every file of the report too), and the top-k accuracies
+    the runs declare that it left out (``declared_top_k``), each with why."""
     folder: Path
     unreadable: Tuple[Tuple[Path, str], ...] = ()
     repeated: Tuple[Tuple[Path, str], ...] = ()
+    top_k_left_out: Tuple[str, ...] = ()
 
     def left_out(self, prog: str) -> str:
-        """The left-out runs as lines for stderr, each group headed by ``prog``; empty when none was."""
+        """The left-out runs and top-k accuracies as lines for stderr, each group headed by ``prog``; empty when
+        none was."""
         lines = []
         for left, what in ((self.repeated, "run(s) repeat a seed of their group,"),
                            (self.unreadable, "unreadable run(s)")):
             if left:
                 lines += [f"{prog}: {len(left)} {what} left out (listed in the report):",
                           *(f"  {p}: {why}" for p, why in left)]
+        if self.top_k_left_out:
+            lines += [f"{prog}: {len(self.top_k_left_out)} top-k accuracies left out (pass --top-k to choose k):",
+                      *(f"  {why}" for why in self.top_k_left_out)]
         return "\n".join(lines)
 
 
@@ -962,8 +984,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--targets", nargs="+", type=float, help="test-accuracy targets in (0, 1] (default: the runs')")
     parser.add_argument("--loss-targets", nargs="+", type=float, metavar="LOSS",
                         help="global-training-loss targets > 0, reached at or below (default: the runs' loss_targets)")
-    parser.add_argument("--top-k", nargs="+", type=int, default=(), metavar="K",
-                        help="also the mean of each run's K highest test accuracies (FedSRC's tables: 5)")
+    parser.add_argument("--top-k", nargs="+", type=int, metavar="K",
+                        help="also the mean of each run's K highest test accuracies (FedSRC's tables: 5; default: "
+                             "the runs' top_k)")
     parser.add_argument("--out", type=Path, help="report folder (default: <first dir>/report)")
     parser.add_argument("--tuned", nargs="+", default=(), metavar="KEY",
                         help="keys tuned per group (fedbench-tune): shown in the labels, not separating groups")

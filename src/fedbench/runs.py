@@ -21,7 +21,7 @@ from fedbench.lock import RunLock, owner
 from fedbench.logging.run_logger import plain_config
 
 #: Keys that may differ between a checkpoint and the run that resumes it (they do not change the numbers).
-RESUME_FREE = ("resume", "logger", "checkpoint_every", "checkpoint_keep", "engine.num_threads")
+RESUME_FREE = ("resume", "logger", "checkpoint_every", "checkpoint_keep", "engine.num_threads", "top_k")
 
 
 def identity(config: Dict[str, Any]) -> Dict[str, Any]:

@@ -139,6 +139,7 @@ class RootConfig:
     tune_space: Dict[str, Any] = field(default_factory=dict)  # preset: {"*" | algorithm: {key: [values]}} for fedbench-tune
     targets: List[float] = option(factory=lambda: [0.6, 0.7, 0.75], gt=0, le=1)  # test accuracies: rounds-to-target
     loss_targets: List[float] = option(factory=list, gt=0)  # global training losses (needs engine.eval_train)
+    top_k: List[int] = option(factory=list, ge=1)  # report: mean of a run's k best test accuracies (FedSRC's 5)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     data: DataConfig = field(default_factory=DataConfig)
