@@ -811,6 +811,8 @@ def declared_top_k(runs: List[Run]) -> Tuple[List[int], List[str]]:
     """The top-k accuracies the runs' configs declare (``top_k``, e.g. FedSRC's presets: 5), each k at most
     ``fewest_evaluations``; and, for each k left out, why (a short run, such as a smoke test of the preset)."""
     declared = sorted({int(k) for r in runs for k in (r.config.get("top_k") or [])})
+    if not declared:
+        return [], []
     n, short = fewest_evaluations(runs)
     return ([k for k in declared if k <= n],
             [f"top-{k} (the runs' top_k): the completed run {short} has only {n} evaluations with a test accuracy"
