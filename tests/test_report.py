@@ -222,6 +222,21 @@ def test_labels_leave_out_keys_that_come_with_a_nested_option(tmp_path):
                       for k in ("fedsrc_d", "uniform")]
 
 
+def test_keys_a_resume_may_change_never_separate_groups(tmp_path):
+    from fedbench.report import Run, group_runs
+    from fedbench.runs import RESUME_FREE
+    from fedbench.tree import under
+
+    assert under("logger.wandb.mode", ["logger"]) and under("top_k", ["top_k"]) and not under("top_kx", ["top_k"])
+    free = {"logger.wandb.mode": ["offline", "online"], "checkpoint_every": [0, 50], "engine.num_threads": [1, 2],
+            "top_k": [[5], [5, 10]], "resume": [False, True], "checkpoint_keep": [1, 3],
+            "hydra.job.num": [0, 1], "choice.logger": ["csv", "wandb"]}
+    assert {k.split(".")[0] for k in free} >= {k.split(".")[0] for k in RESUME_FREE}
+    runs = [Run(tmp_path / f"{lr}{seed}", {"seed": seed, "client.lr": lr, **{k: v[seed] for k, v in free.items()}},
+                {}, {}, "completed", None, 1.0) for lr in (0.1, 0.2) for seed in (0, 1)]
+    assert sorted(g.label for g in group_runs(runs)) == ["client.lr=0.1", "client.lr=0.2"]
+
+
 def test_loss_targets_are_reached_at_or_below_and_compared_paired(tmp_path, capsys):
     """A loss target (the global training loss, engine.eval_train) is reached at the first evaluation at or below
     it; by default the runs' own loss_targets; its costs get columns and paired comparisons like an accuracy's."""

@@ -41,7 +41,6 @@ import re
 import shutil
 import sys
 from dataclasses import dataclass, field
-from fnmatch import fnmatch
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -51,11 +50,12 @@ import yaml
 from fedbench import stats
 from fedbench.engine.metrics import COST_AXES, CURVES, DERIVED, label
 from fedbench.errors import FedbenchError
-from fedbench.tree import flatten, strict_json
+from fedbench.runs import RESUME_FREE
+from fedbench.tree import flatten, strict_json, under
 
-#: config keys that never separate groups: the seed, and what only changes where or how a run is logged
-IGNORED = ("seed", "data.seed", "data.root", "data.cache", "logger.*", "resume", "checkpoint_every",
-           "checkpoint_keep", "engine.client_state_dir", "engine.num_threads", "top_k", "hydra.*", "choice.*")
+#: config keys (with the keys below them) that never separate groups: the seeds, where the data and the clients'
+#: states live, Hydra's own, and every key a resume may change (``RESUME_FREE``: logging, checkpoints, threads, top_k)
+IGNORED = ("seed", "data.seed", "data.root", "data.cache", "engine.client_state_dir", "hydra", "choice", *RESUME_FREE)
 #: ``choice.<group>``: the option Hydra composed for a config group (``choice.participation/selection``:
 #: ``fedsrc_d_oracle``), read from the run's ``.hydra/hydra.yaml``; a ``--group-by`` key, never a default one
 METRICS = tuple((c, label(c)) for c in CURVES)
@@ -257,16 +257,12 @@ def scan(dirs: Sequence[Path]) -> Tuple[List[Run], List[Tuple[Path, str]]]:
     return runs, unreadable
 
 
-def _ignored(key: str) -> bool:
-    return any(fnmatch(key, pattern) for pattern in IGNORED)
-
-
 def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None, tuned: Sequence[str] = ()) -> List[Group]:
     """Groups of runs equal in every key but the ignored ones (or equal in ``keys``), labelled by the keys that
     vary; a sub-key of a group option that only varies with the option itself (``algo.mu`` with ``algo.name``) is
     left out of the label. ``tuned`` keys (chosen per algorithm by ``fedbench-tune``) do not separate groups: their
     values are appended to the label in brackets."""
-    configuration = sorted({k for r in runs for k in r.config if not _ignored(k)})
+    configuration = sorted({k for r in runs for k in r.config if not under(k, IGNORED)})
     if keys is None:
         keys = [k for k in varying_keys(runs) if k not in tuned]
         keys = [k for k in keys if not _explained(k, keys, runs)]
@@ -331,7 +327,7 @@ def _short(key: str) -> str:
 
 def varying_keys(runs: List[Run]) -> List[str]:
     """The config keys (not ignored) whose value differs between runs, sorted."""
-    keys = sorted({k for r in runs for k in r.config if not _ignored(k)})
+    keys = sorted({k for r in runs for k in r.config if not under(k, IGNORED)})
     return [k for k in keys if len({repr(r.config.get(k)) for r in runs}) > 1]
 
 

@@ -15,7 +15,7 @@ import yaml
 from omegaconf import DictConfig
 
 from fedbench.checkpoint import Checkpointer
-from fedbench.tree import flatten
+from fedbench.tree import flatten, under
 from fedbench.errors import FedbenchError
 from fedbench.lock import RunLock, owner
 from fedbench.logging.run_logger import plain_config
@@ -26,8 +26,7 @@ RESUME_FREE = ("resume", "logger", "checkpoint_every", "checkpoint_keep", "engin
 
 def identity(config: Dict[str, Any]) -> Dict[str, Any]:
     """The dotted keys of a plain config that decide a run's numbers (``RESUME_FREE`` left out)."""
-    return {k: v for k, v in flatten(config).items()
-            if not any(k == f or k.startswith(f + ".") for f in RESUME_FREE)}
+    return {k: v for k, v in flatten(config).items() if not under(k, RESUME_FREE)}
 
 
 def config_diff(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict
+from typing import Any, Dict, Iterable
 
 
 def flatten(node: Any, prefix: str = "") -> Dict[str, Any]:
@@ -14,6 +14,11 @@ def flatten(node: Any, prefix: str = "") -> Dict[str, Any]:
     for k, v in node.items():
         out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
     return out
+
+
+def under(key: str, prefixes: Iterable[str]) -> bool:
+    """Whether the dotted ``key`` is one of ``prefixes`` or below one (``logger.wandb.mode`` is under ``logger``)."""
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
 
 
 def strict_json(value: Any) -> Any:
