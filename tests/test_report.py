@@ -222,6 +222,27 @@ def test_labels_leave_out_keys_that_come_with_a_nested_option(tmp_path):
                       for k in ("fedsrc_d", "uniform")]
 
 
+def test_grouped_by_a_key_the_labels_show_the_settings_that_come_with_each_group(tmp_path):
+    from fedbench.report import Run, group_runs
+
+    def run(kind, lr, seed):  # Power-of-Choice with its paper's simple average, the others sample-weighted
+        weighting = "uniform" if kind == "power_of_choice" else "samples"
+        return Run(tmp_path / f"{kind}{lr}{seed}", {"seed": seed, "client.lr": lr, "algo.weighting": weighting,
+                   "choice.participation/selection": kind, "participation.selection.kind": kind},
+                   {}, {}, "completed", None, 1.0)
+
+    runs = [run(k, lr, s) for k in ("uniform", "power_of_choice") for lr in (0.1, 0.2) for s in (0, 1)]
+    labels = sorted(g.label for g in group_runs(runs, ["choice.participation/selection"]))
+    assert labels == ["participation/selection=power_of_choice [algo.weighting=uniform]",
+                      "participation/selection=uniform [algo.weighting=samples]"]  # client.lr varies within one
+    labels = sorted(g.label for g in group_runs(runs, ["choice.participation/selection"], ["client.lr"]))
+    assert labels == ["participation/selection=power_of_choice [algo.weighting=uniform, client.lr=0.1/0.2]",
+                      "participation/selection=uniform [algo.weighting=samples, client.lr=0.1/0.2]"]
+    assert [g.label for g in group_runs(runs, ["algo.weighting"])] == [  # the sampler comes with the weighting
+        "algo.weighting=uniform [participation.selection.kind=power_of_choice]",
+        "algo.weighting=samples [participation.selection.kind=uniform]"]
+
+
 def test_keys_a_resume_may_change_never_separate_groups(tmp_path):
     from fedbench.report import Run, group_runs
     from fedbench.runs import RESUME_FREE

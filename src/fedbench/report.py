@@ -261,8 +261,10 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None, tuned: Seq
     """Groups of runs equal in every key but the ignored ones (or equal in ``keys``), labelled by the keys that
     vary; a sub-key of a group option that only varies with the option itself (``algo.mu`` with ``algo.name``) is
     left out of the label. ``tuned`` keys (chosen per algorithm by ``fedbench-tune``) do not separate groups: their
-    values are appended to the label in brackets."""
+    values are appended to the label in brackets, and with ``keys`` so are those of every other key that differs
+    between the groups but not within one (``_settings``: a sampler's weighting, so a comparison shows it)."""
     configuration = sorted({k for r in runs for k in r.config if not under(k, IGNORED)})
+    given = keys is not None
     if keys is None:
         keys = [k for k in varying_keys(runs) if k not in tuned]
         keys = [k for k in keys if not _explained(k, keys, runs)]
@@ -276,9 +278,10 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None, tuned: Seq
             label = ", ".join(f"{_short(k)}={run.config.get(k)}" for k in keys) or "all runs"
             groups[ident] = Group(label, values={k: run.config.get(k) for k in keys})
         groups[ident].runs.append(run)
+    shown = sorted({*tuned, *_settings(list(groups.values()), keys)}) if given else tuned
     for g in groups.values():
         _one_per_seed(g, configuration)
-        chosen = [f"{k}={'/'.join(sorted({str(r.config.get(k)) for r in g.runs}))}" for k in tuned
+        chosen = [f"{k}={'/'.join(sorted({str(r.config.get(k)) for r in g.runs}))}" for k in shown
                   if any(k in r.config for r in g.runs)]
         if chosen:
             g.label = f"{g.label} [{', '.join(chosen)}]"
@@ -287,6 +290,17 @@ def group_runs(runs: List[Run], keys: Optional[Sequence[str]] = None, tuned: Seq
         if labels.count(g.label) > 1:
             g.label = f"{g.label} #{i + 1}"
     return list(groups.values())
+
+
+def _settings(groups: List[Group], keys: Sequence[str]) -> List[str]:
+    """The keys, other than ``keys`` and the options of a chosen group they name (``participation.selection.*`` under
+    ``choice.participation/selection``, ``algo.*`` under ``algo.name``), whose value is one within each group and
+    differs between groups: settings that come with a group's method."""
+    runs = [r for g in groups for r in g.runs]
+    own = tuple(k[len("choice."):].replace("/", ".") if k.startswith("choice.") else k.rsplit(".", 1)[0]
+                for k in keys if k.startswith("choice.") or k.endswith(".name"))
+    return [k for k in varying_keys(runs) if k not in keys and not under(k, own)
+            and all(len({repr(r.config.get(k)) for r in g.runs}) == 1 for g in groups)]
 
 
 def _one_per_seed(group: Group, configuration: Sequence[str]) -> None:

@@ -434,7 +434,7 @@ class Tuning:
     def report(self) -> Optional[Written]:
         """``fedbench-report`` of the final runs: one group per method; the chosen values and every other setting
         that differs between methods (a preset's per-method weighting, say) in brackets."""
-        from fedbench.report import report, scan, varying_keys
+        from fedbench.report import report, scan
 
         final = self.root / "final"
         runs, unreadable = scan([final]) if final.is_dir() else ([], [])
@@ -443,10 +443,8 @@ class Tuning:
         key = self.plan.key
         method = "algo.name" if key == "algo" else next(
             (k for k in (f"choice.{key}", key) if any(k in r.config for r in runs)), key)
-        option = key.replace("/", ".") + "."  # the method's own options: named by the method
-        tuned = {d["key"] for dims in self.plan.spaces.values() for d in dims}
-        shown = sorted(tuned | {k for k in varying_keys(runs) if k != method and not k.startswith(option)})
-        return report([final], out=self.root / "report", group_by=[method], tuned=shown, runs=runs,
+        tuned = sorted({d["key"] for dims in self.plan.spaces.values() for d in dims})
+        return report([final], out=self.root / "report", group_by=[method], tuned=tuned, runs=runs,
                       unreadable=unreadable)
 
     def run(self) -> List[str]:
