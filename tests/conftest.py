@@ -261,10 +261,10 @@ ROUNDS = [10, 20, 30, 40]  # the evaluations of a fake run
 
 
 def write_fake_run(folder, algo, seed, acc, status="completed", reason=None, error=None, lr=0.1, global_loss=None,
-                   config=None):
+                   config=None, val=None):
     """A run directory as fedbench writes it (config.yaml, metrics.csv at ROUNDS, rounds.csv, summary.json), or
     one that failed with ``error``: for the report's tests. ``global_loss``: a global_train_loss column (a run with
-    ``engine.eval_train``); ``config``: more top-level config keys."""
+    ``engine.eval_train``); ``config``: more top-level config keys; ``val``: a val_acc column (a validation split)."""
     folder.mkdir(parents=True)
     config = {"seed": seed, "rounds": 40, "targets": [0.5, 0.7], "algo": {"name": algo, "kind": algo, "mu": 0.1 if algo ==
               "fedprox" else None}, "client": {"lr": lr}, "logger": {"wandb": False},
@@ -276,10 +276,10 @@ def write_fake_run(folder, algo, seed, acc, status="completed", reason=None, err
     with open(folder / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["round", "test_acc", "test_loss", "train_loss", "wall_time", "grad_evals", "floats_up",
-                    "floats_down"] + (["global_train_loss"] if global_loss else []))
+                    "floats_down"] + (["global_train_loss"] if global_loss else []) + (["val_acc"] if val else []))
         for i, (r, a) in enumerate(zip(ROUNDS, acc)):
             w.writerow([r, a, 2 - a, 2.1 - a, 1.5 * r, 160 * r, 1000 * r, 1000 * r]
-                       + ([global_loss[i]] if global_loss else []))
+                       + ([global_loss[i]] if global_loss else []) + ([val[i]] if val else []))
     with open(folder / "rounds.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["round", "available", "selected", "completed", "train_loss"])

@@ -322,6 +322,35 @@ def test_top_k_is_the_mean_of_the_k_highest_evaluations_and_compared_paired(swee
     assert "--top-k 5: the completed run" in err and "only 4 evaluations" in err and "at most 4" in err
 
 
+def test_the_accuracy_at_best_validation_is_picked_on_validation_and_compared_where_every_run_has_one(tmp_path):
+    """The test accuracy at each run's evaluation of highest val_acc (the earliest of ties), whatever the test curve
+    does: a column where runs held out a validation split, compared seed by seed only between groups whose runs all
+    did (a group without one shows "—" and is left out of that score's comparisons, never compared on nan)."""
+    fedavg = [{"acc": [0.3, 0.6, 0.5, 0.55], "val": [0.32, 0.58, 0.6, 0.6]},  # tie at 0.6: the first, test 0.5
+              {"acc": [0.4, 0.7, 0.62, 0.6], "val": [0.45, 0.66, 0.6, 0.61]},  # test 0.7
+              {"acc": [0.2, 0.5, 0.64, 0.66], "val": [0.2, 0.5, 0.6, 0.7]}]  # test 0.66
+    mifa = [{"acc": [0.4, 0.65, 0.6, 0.7], "val": [0.4, 0.6, 0.62, 0.61]},  # test 0.6, though 0.7 is the best
+            {"acc": [0.5, 0.6, 0.8, 0.75], "val": [0.5, 0.6, 0.7, 0.74]},  # test 0.75
+            {"acc": [0.3, 0.5, 0.6, 0.65], "val": [0.3, 0.5, 0.66, 0.6]}]  # test 0.6
+    write_fake_sweep(tmp_path / "m", {"fedavg": fedavg, "mifa": mifa, "fedprox": [[0.3, 0.4, 0.5, 0.55]] * 3})
+    out = report([tmp_path / "m"]).folder
+    rows = {r["group"]: r for r in _parse_md(out / "results.md")}
+    _check(rows["algo=fedavg"]["acc at best val"], [0.5, 0.7, 0.66])
+    _check(rows["algo=mifa"]["acc at best val"], [0.6, 0.75, 0.6])
+    assert rows["algo=fedprox"]["acc at best val"] == "—"
+    data = json.loads((out / "report.json").read_text())
+    scored = [c for c in data["comparisons"] if c["score"] == "test acc at best val acc"]
+    assert [{c["a"], c["b"]} for c in scored] == [{"algo=fedavg", "algo=mifa"}]
+    sign = 1 if scored[0]["a"] == "algo=fedavg" else -1
+    assert scored[0]["n"] == 3 and scored[0]["mean_diff"] == pytest.approx(sign * np.mean([-0.1, -0.05, 0.06]))
+    assert "picks it on validation" in (out / "comparisons.md").read_text()
+    assert all("acc at best val" in (out / name).read_text() for name in ("index.html", "results.tex"))
+    sweep = tmp_path / "plain"
+    write_fake_sweep(sweep, {"fedavg": [[0.3, 0.5, 0.6, 0.65]] * 2, "mifa": [[0.4, 0.6, 0.7, 0.8]] * 2})
+    plain = report([sweep]).folder
+    assert "best val" not in (plain / "results.md").read_text() + (plain / "comparisons.md").read_text()
+
+
 def test_a_top_k_the_runs_declare_is_reported_without_the_option_and_one_too_large_is_named(tmp_path, capsys):
     """top_k in the runs' config (FedSRC's presets: 5 and 10) is the report's default --top-k; it never separates
     groups (the old runs without it sit beside the new ones); a declared k above a completed run's evaluations is

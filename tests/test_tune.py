@@ -518,6 +518,13 @@ def test_fedbench_tune_from_an_earlier_selection_runs_its_choice_under_new_overr
     assert config["client"]["lr"] == 0.05 and config["rounds"] == 8 and config["data"]["val_fraction"] == 0.1
     record = json.loads((out / "selection.json").read_text())
     assert record["selected_under"]["file"] == "selection.json" and record["budget"] == 2  # from the command's cwd
+    # the same command from another folder spells --from's file otherwise: the same plan, continued, nothing rerun
+    (tmp_path / "elsewhere").mkdir()
+    ran = (out / "final" / "fedavg_seed0" / "metrics.csv").stat().st_mtime_ns
+    again = tune([*SMOKE, "rounds=8", f"data.root={tmp_path / 'data'}", "--algos", "fedavg", "--from", str(earlier),
+                  "--seeds", "0", "--dir", str(out)], tmp_path / "elsewhere")
+    assert again.returncode == 0 and f"continuing {out}" in again.stdout, again.stdout + again.stderr
+    assert (out / "final" / "fedavg_seed0" / "metrics.csv").stat().st_mtime_ns == ran
 
 
 @pytest.mark.parametrize("args, message", [

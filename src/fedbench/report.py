@@ -7,7 +7,9 @@ A run is a directory holding ``config.yaml`` (outside ``.hydra``) and ``metrics.
 ``error.log``. Runs are grouped by every config difference except the seed (``IGNORED``: seeds, logging, resume and
 paths), or by the ``--group-by`` keys. Every number is recomputed from ``metrics.csv`` (``rounds.csv`` for
 participation): a run's final accuracy is its last evaluation, its best the maximum over evaluations, its top-k accuracy
-(``--top-k``, by default the runs' ``top_k``) the mean of its k highest evaluations, its cost to a target the counters
+(``--top-k``, by default the runs' ``top_k``) the mean of its k highest evaluations, where it held out a validation
+split its accuracy at best validation the test accuracy at its evaluation of highest ``val_acc`` (the round picked on
+validation, not on the test curve as the best and top-k are), its cost to a target the counters
 of the first evaluation at or above it (at or below it for a loss target: the global training loss). Means and standard
 deviations (sample std, ddof=1) are over the group's completed runs; diverged, failed and interrupted runs are listed
 with their reasons and left out of the means. Writes into ``<first dir>/report/`` (or ``--out``):
@@ -402,6 +404,18 @@ def best_acc(run: Run) -> float:
     return float(np.nanmax(run.metrics["test_acc"]))
 
 
+def val_chosen_acc(run: Run) -> float:
+    """The test accuracy at the run's evaluation of highest validation accuracy (the earliest of ties): the round
+    picked on validation, as early stopping picks it, where ``best_acc`` picks it on the test curve itself (a
+    maximum over every evaluation, which favours the noisier curve). nan where the run has no validation accuracy
+    (``data.val_fraction`` = 0)."""
+    val, acc = run.metrics.get("val_acc"), run.metrics["test_acc"]
+    if val is None:
+        return math.nan
+    rows = np.flatnonzero(np.isfinite(val) & np.isfinite(acc))
+    return float(acc[rows[np.argmax(val[rows])]]) if rows.size else math.nan
+
+
 def evaluations(run: Run) -> np.ndarray:
     """The run's test accuracies, one per evaluation that has one."""
     acc = run.metrics["test_acc"]
@@ -430,8 +444,10 @@ def has_global_loss(run: Run) -> bool:
 #: the scores compared seed by seed (``comparisons``; higher is better unless flagged) and aggregated
 #: (``aggregate``: the first); the global training loss only between groups whose runs all evaluated it
 SCORES = (("final test acc", final_acc, True), ("best test acc", best_acc, True),
-          ("final global train loss", final_global_loss, False))
+          ("test acc at best val acc", val_chosen_acc, True), ("final global train loss", final_global_loss, False))
 LOWER_IS_BETTER = {score for score, _, higher in SCORES if not higher}
+#: the scores a run may lack (no validation split, no ``engine.eval_train``): compared only where every run has it
+OPTIONAL_SCORES = {"test acc at best val acc", "final global train loss"}
 
 
 def scores(top_k: Sequence[int] = ()) -> tuple:
@@ -446,6 +462,7 @@ def group_table(group: Group, targets: Sequence[Target], top_k: Sequence[int] = 
            "final_acc": mean_std([final_acc(r) for r in done]),
            "best_acc": mean_std([best_acc(r) for r in done]),
            "top_acc": {str(k): mean_std([top_acc(r, k) for r in done]) for k in top_k},
+           "val_chosen_acc": mean_std([val_chosen_acc(r) for r in done]),  # nan (left out) without validation
            "global_loss": mean_std([final_global_loss(r) for r in done]),  # nan (left out) without eval_train
            "wall_time": mean_std([r.wall for r in done]),
            "flags": [f"{r.status} (seed {r.seed}): {r.reason or 'no reason recorded'}" for r in group.runs
@@ -484,14 +501,26 @@ def _lossy(rows: List[dict]) -> bool:
     return any(r["global_loss"][2] for r in rows)
 
 
+def _validated(rows: List[dict]) -> bool:
+    """Whether any group's runs held out a validation split (the tables then give the test accuracy at the
+    evaluation of best validation accuracy)."""
+    return any(r["val_chosen_acc"][2] for r in rows)
+
+
 def _tops(rows: List[dict]) -> List[str]:
     """The k of each top-k accuracy the rows give (``--top-k``), in order."""
     return list(rows[0]["top_acc"]) if rows else []
 
 
+def _shape(rows: List[dict]) -> dict:
+    """The optional columns the rows call for, as ``_cells`` takes them."""
+    return {"timed": _timed(rows), "lossy": _lossy(rows), "validated": _validated(rows)}
+
+
 def _columns(targets: Sequence[Target], timed: bool = False, lossy: bool = False,
-             tops: Sequence[str] = ()) -> List[str]:
+             tops: Sequence[str] = (), validated: bool = False) -> List[str]:
     cols = ["group", "seeds", "final acc", "best acc", *(f"top-{k} acc" for k in tops)]
+    cols += ["acc at best val"] if validated else []
     cols += ["final global train loss"] if lossy else []
     for t in targets:
         cols += [f"rounds to {t.key}", f"grads to {t.key}", f"floats to {t.key}"]
@@ -499,9 +528,11 @@ def _columns(targets: Sequence[Target], timed: bool = False, lossy: bool = False
     return cols + ["wall s", "flags"]
 
 
-def _cells(row: dict, targets: Sequence[Target], timed: bool = False, lossy: bool = False) -> List[str]:
+def _cells(row: dict, targets: Sequence[Target], timed: bool = False, lossy: bool = False,
+           validated: bool = False) -> List[str]:
     cells = [row["group"], f"{row['completed']}/{row['runs']}", _fmt(row["final_acc"]), _fmt(row["best_acc"]),
              *(_fmt(v) for v in row["top_acc"].values())]
+    cells += [_fmt(row["val_chosen_acc"])] if validated else []
     cells += [_fmt(row["global_loss"])] if lossy else []
     for t in targets:
         hit = row["targets"][t.key]
@@ -512,10 +543,10 @@ def _cells(row: dict, targets: Sequence[Target], timed: bool = False, lossy: boo
 
 
 def markdown(rows: List[dict], targets: Sequence[Target]) -> str:
-    timed, lossy = _timed(rows), _lossy(rows)
-    cols = _columns(targets, timed, lossy, _tops(rows))
+    shape = _shape(rows)
+    cols = _columns(targets, tops=_tops(rows), **shape)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r, targets, timed, lossy)) + " |"
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r, targets, **shape)) + " |"
               for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -524,11 +555,11 @@ def latex(rows: List[dict], targets: Sequence[Target]) -> str:
     def esc(s: str) -> str:
         return re.sub(r"([_%&#$])", r"\\\1", s).replace("±", r"$\pm$").replace("—", "--")
 
-    timed, lossy = _timed(rows), _lossy(rows)
-    cols = _columns(targets, timed, lossy, _tops(rows))
+    shape = _shape(rows)
+    cols = _columns(targets, tops=_tops(rows), **shape)
     out = [r"\begin{tabular}{l" + "r" * (len(cols) - 2) + "l}", r"\toprule",
            " & ".join(esc(c) for c in cols) + r" \\", r"\midrule"]
-    out += [" & ".join(esc(c) for c in _cells(r, targets, timed, lossy)) + r" \\" for r in rows]
+    out += [" & ".join(esc(c) for c in _cells(r, targets, **shape)) + r" \\" for r in rows]
     return "\n".join(out + [r"\bottomrule", r"\end{tabular}"]) + "\n"
 
 
@@ -642,7 +673,7 @@ def comparisons(groups: List[Group], top_k: Sequence[int] = ()) -> List[dict]:
     rows = []
     for a, b, key, names in _pairs(groups):
         for score, fn, higher_better in scores(top_k):
-            if not higher_better and not all(math.isfinite(fn(r)) for r in a.completed + b.completed):
+            if score in OPTIONAL_SCORES and not all(math.isfinite(fn(r)) for r in a.completed + b.completed):
                 continue
             seeds, x, y = stats.shared_seeds(a.by_seed(fn), b.by_seed(fn))
             # a loss: the verdict names the group whose loss is lower (A - B stays the raw difference)
@@ -729,6 +760,9 @@ def _comparisons_md(rows: List[dict], agg: List[dict], costs: Sequence[dict] = (
              "P(A > B) over those seeds, and a verdict that names a winner only when the CI excludes 0 and so does "
              "the paired Student-t interval (the bootstrap is too narrow with few seeds).", "",
              "| A | B | score | seeds | A − B [95% CI] | P(A > B) | verdict |", "|---|---|---|---|---|---|---|"]
+    if any(r["score"] == "test acc at best val acc" for r in rows):
+        lines[2] += (" The best and top-k test accuracies pick each run's round on the test curve itself and favour "
+                     "the noisier curve; the test accuracy at best val acc picks it on validation.")
     if any(r["score"] in LOWER_IS_BETTER for r in rows):
         lines[2] += (" On the final global training loss lower is better: the verdict names the group with the "
                      "lower loss, and P(A > B) is the share of seeds where A's loss is the higher.")
@@ -775,9 +809,9 @@ def plot_profile(agg: List[dict], out: Path) -> None:
 
 def index_html(title: str, rows: List[dict], part: List[dict], targets: Sequence[Target], n_runs: int,
                compared: str = "", axes: Sequence[tuple] = AXES) -> str:
-    timed, lossy = _timed(rows), _lossy(rows)
-    results = _html_table(_columns(targets, timed, lossy, _tops(rows)),
-                          [[html.escape(c) for c in _cells(r, targets, timed, lossy)] for r in rows])
+    shape = _shape(rows)
+    results = _html_table(_columns(targets, tops=_tops(rows), **shape),
+                          [[html.escape(c) for c in _cells(r, targets, **shape)] for r in rows])
     part_rows = [[html.escape(r["group"]), _fmt(r["available"], 3), _fmt(r["selected"], 3), _fmt(r["completed"], 3),
                   f'<img src="{r["trace"]}" alt="participation trace, seed {r["trace_seed"]}" width="360"{_MISSING}>'
                   if r["trace"] else "—"] for r in part]

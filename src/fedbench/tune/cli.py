@@ -293,10 +293,12 @@ def _plan_directory(root: Path, path: Path, plan: Plan) -> None:
 
 def _may_change(difference: str, old: Plan, new: Plan) -> bool:
     """Whether a rerun may continue a directory despite this difference of plans: the final seeds (they do not
-    enter the selection), the ``--reuse-runs`` directories (a copy is a run of the same job), or methods added to
-    the old ones, with their spaces (a method's trials and choice depend only on its own name and space and the
-    shared settings, so the old methods' results stand)."""
-    if difference.startswith(("seeds:", "reuse_runs")):
+    enter the selection), the ``--reuse-runs`` directories (a copy is a run of the same job), how ``--from``'s file
+    is spelled (relative to the folder a command runs in, so the same file reads otherwise from another folder; what
+    it carries, the choices and settings, is compared entry by entry), or methods added to the old ones, with their
+    spaces (a method's trials and choice depend only on its own name and space and the shared settings, so the old
+    methods' results stand)."""
+    if difference.startswith(("seeds:", "reuse_runs", "reused.file:")):
         return True
     if not set(old.methods) <= set(new.methods):
         return False
