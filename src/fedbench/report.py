@@ -442,12 +442,13 @@ def has_global_loss(run: Run) -> bool:
 
 
 #: the scores compared seed by seed (``comparisons``; higher is better unless flagged) and aggregated
-#: (``aggregate``: the first); the global training loss only between groups whose runs all evaluated it
+#: (``aggregate``: the first); an optional one (``OPTIONAL_SCORES``) only between groups whose runs all have it
+VAL_CHOSEN, GLOBAL_LOSS = "test acc at best val acc", "final global train loss"
 SCORES = (("final test acc", final_acc, True), ("best test acc", best_acc, True),
-          ("test acc at best val acc", val_chosen_acc, True), ("final global train loss", final_global_loss, False))
+          (VAL_CHOSEN, val_chosen_acc, True), (GLOBAL_LOSS, final_global_loss, False))
 LOWER_IS_BETTER = {score for score, _, higher in SCORES if not higher}
 #: the scores a run may lack (no validation split, no ``engine.eval_train``): compared only where every run has it
-OPTIONAL_SCORES = {"test acc at best val acc", "final global train loss"}
+OPTIONAL_SCORES = {VAL_CHOSEN, GLOBAL_LOSS}
 
 
 def scores(top_k: Sequence[int] = ()) -> tuple:
@@ -760,7 +761,7 @@ def _comparisons_md(rows: List[dict], agg: List[dict], costs: Sequence[dict] = (
              "P(A > B) over those seeds, and a verdict that names a winner only when the CI excludes 0 and so does "
              "the paired Student-t interval (the bootstrap is too narrow with few seeds).", "",
              "| A | B | score | seeds | A − B [95% CI] | P(A > B) | verdict |", "|---|---|---|---|---|---|---|"]
-    if any(r["score"] == "test acc at best val acc" for r in rows):
+    if any(r["score"] == VAL_CHOSEN for r in rows):
         lines[2] += (" The best and top-k test accuracies pick each run's round on the test curve itself and favour "
                      "the noisier curve; the test accuracy at best val acc picks it on validation.")
     if any(r["score"] in LOWER_IS_BETTER for r in rows):
