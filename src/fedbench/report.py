@@ -492,30 +492,18 @@ def _fmt(ms: tuple, digits: int = 4) -> str:
     return _num(m, digits) if math.isnan(s) else f"{_num(m, digits)} ± {_num(s, 2)}"
 
 
-def _timed(rows: List[dict]) -> bool:
-    """Whether any group ran on the simulated clock (the tables then give simulated hours to each target)."""
-    return any(r.get("timed") for r in rows)
-
-
-def _lossy(rows: List[dict]) -> bool:
-    """Whether any group evaluated the global training loss (the tables then give its final value)."""
-    return any(r["global_loss"][2] for r in rows)
-
-
-def _validated(rows: List[dict]) -> bool:
-    """Whether any group's runs held out a validation split (the tables then give the test accuracy at the
-    evaluation of best validation accuracy)."""
-    return any(r["val_chosen_acc"][2] for r in rows)
-
-
 def _tops(rows: List[dict]) -> List[str]:
     """The k of each top-k accuracy the rows give (``--top-k``), in order."""
     return list(rows[0]["top_acc"]) if rows else []
 
 
 def _shape(rows: List[dict]) -> dict:
-    """The optional columns the rows call for, as ``_cells`` takes them."""
-    return {"timed": _timed(rows), "lossy": _lossy(rows), "validated": _validated(rows)}
+    """The optional columns the rows call for, as ``_columns`` and ``_cells`` take them: ``timed`` where a group ran
+    on the simulated clock (simulated hours to each target), ``lossy`` where one evaluated the global training loss
+    (its final value), ``validated`` where one's runs held out a validation split (the test accuracy at the
+    evaluation of best validation accuracy)."""
+    return {"timed": any(r.get("timed") for r in rows), "lossy": any(r["global_loss"][2] for r in rows),
+            "validated": any(r["val_chosen_acc"][2] for r in rows)}
 
 
 def _columns(targets: Sequence[Target], timed: bool = False, lossy: bool = False,
