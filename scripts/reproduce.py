@@ -14,7 +14,9 @@ one changed setting: ``check_joint``) then writes ``report_joint/``: ``fedbench-
 runs, and of those of the earlier sections it names in ``joint_also`` (tuned alike too, on other methods still), so
 that a comparison spread over several sections has one report. A section that extends an earlier one by a tuning
 seed names it in ``reuse``: where that section's directory exists, ``fedbench-tune --reuse-runs`` copies its
-finished runs of the same jobs instead of running them again.
+finished runs of the same jobs instead of running them again. When a section's command ends, its new
+``selection.json`` is compared with the record docs/reproductions.md links for that section (``check_record``): the
+script says whether every tuning run and choice agrees, or names each difference.
 
 ``tiny`` shrinks the small presets to seconds (the first two methods, two trials, final seeds 0 and 1): it checks
 the pipeline end to end (the slow tests run it), never a ranking.
@@ -31,7 +33,9 @@ for convolutional ones); a ``hydra/launcher=...`` override replaces it (e.g. on 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -40,7 +44,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+from fedbench.tune.record import agreement
+
 ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "reproductions.md"
+#: in a result section of DOC, its selection record (under docs/tuned/) and the make reproduce command it shows
+RECORD = re.compile(r"\(tuned/([\w.]+\.json)\)")
+CALL = re.compile(r"make reproduce PAPER=(\w+)(?: SCALE=(\w+))?(?: ARGS=\"--section ([\w.]+)\")?")
 SCALES = ("small", "full", "tiny")
 #: launchers for a 2-core CPU: MLPs pack into one batched program, convolutional jobs run two at a time
 LAUNCHERS = {
@@ -481,6 +491,46 @@ for _paper, _sections in PAPERS.items():
     check_reuse(_sections)
 
 
+def sections(text: str) -> List[Tuple[str, str]]:
+    """(heading, body up to the next heading of any level) of a Markdown text, skipping fenced code when looking for
+    headings."""
+    out, heading, body, fenced = [], None, [], False
+    for line in text.splitlines():
+        fenced ^= line.startswith("```")
+        match = None if fenced else re.match(r"#{1,6} (.+)", line)
+        if match:
+            out.append((heading, "\n".join(body)))
+            heading, body = match.group(1).strip(), []
+        else:
+            body.append(line)
+    out.append((heading, "\n".join(body)))
+    return [(h, b) for h, b in out if h is not None]
+
+
+def documented(text: str) -> Dict[Tuple[str, str, str], str]:
+    """The selection record each result section of ``text`` (docs/reproductions.md) links, by the (paper, scale,
+    section) of the first ``make reproduce`` command it shows (``SCALE`` small and the paper's first section where
+    the command leaves them out)."""
+    found: Dict[Tuple[str, str, str], str] = {}
+    for _, body in sections(text):
+        record, call = RECORD.search(body), CALL.search(body)
+        if record and call and call.group(1) in PAPERS:
+            paper, scale = call.group(1), call.group(2) or "small"
+            found.setdefault((paper, scale, call.group(3) or PAPERS[paper][0].name), record.group(1))
+    return found
+
+
+def check_record(paper: str, section: Section, scale: str, directory: Path) -> None:
+    """Say how the section's new selection.json agrees with the record docs/reproductions.md shows for it (the same
+    trials, tuning-run scores and choices: ``fedbench.tune.record``); nothing where the document has none."""
+    record = documented(DOC.read_text()).get((paper, scale, section.name)) if DOC.is_file() else None
+    here = directory / "selection.json"
+    if record is None or not here.is_file():
+        return
+    text = agreement(json.loads(here.read_text()), json.loads((DOC.parent / "tuned" / record).read_text()))
+    print(f"== {paper}/{section.name}: its selection.json {text} (docs/tuned/{record})", flush=True)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paper", choices=sorted(PAPERS), help="the paper whose comparisons to rerun")
@@ -534,6 +584,8 @@ def main(argv=None) -> int:
             print(f"== {args.paper}/{section.name}: {'done' if rc == 0 else f'exit status {rc}'}; "
                   f"report in {directory / 'report'}", flush=True)
             status = status or rc
+            if rc == 0:
+                check_record(args.paper, section, args.scale, directory)
             if joint and rc == 0:  # written even where an earlier section failed
                 joint_rc = _joint_report(args.paper, section, *joint)
                 status = status or joint_rc

@@ -315,3 +315,32 @@ def test_a_section_stopped_like_timeout_does_leaves_its_jobs_checkpoints(tmp_pat
     assert summary["status"] == "interrupted" and any((trial / "checkpoints").iterdir()), log.read_text()[-3000:]
     assert proc.returncode == 128 + signal.SIGTERM
     assert "Rerun the same command" in log.read_text()
+
+
+def test_a_finished_section_says_how_its_selection_agrees_with_the_documented_record(tmp_path, monkeypatch, capsys):
+    record = json.loads((ROOT / "docs" / "tuned" / "mimic_fmnist_static_2seeds_small_selection.json").read_text())
+    directory = tmp_path / "mimic" / "small" / "static_2seeds"
+    directory.mkdir(parents=True)
+
+    def run(changed):  # the rerun writes the record's selection, with one tuning run's score changed or not
+        def command(cmd):
+            here = json.loads(json.dumps(record))
+            if changed:
+                here["methods"]["mifa"]["trials"][1]["runs"]["101"]["score"][0] = 0.5
+            (directory / "selection.json").write_text(json.dumps(here))
+            return 0
+        return command
+
+    monkeypatch.setattr(reproduce, "run_command", run(False))
+    assert reproduce.main(["mimic", "--section", "static_2seeds", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "agrees with the record: all 70 tuning runs end alike with identical scores, and the 5 choices" in out
+    monkeypatch.setattr(reproduce, "run_command", run(True))
+    assert reproduce.main(["mimic", "--section", "static_2seeds", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "differs from the record in 1 place (70 tuning runs compared" in out
+    assert "mifa trial 1 (client.lr=0.3), tuning seed 101: score 0.5 here" in out
+    assert "docs/tuned/mimic_fmnist_static_2seeds_small_selection.json" in out
+    # a scale the document records nothing at says nothing about a record
+    assert reproduce.main(["mimic", "--scale", "tiny", "--section", "static_2seeds", "--out", str(tmp_path)]) == 0
+    assert "the record" not in capsys.readouterr().out

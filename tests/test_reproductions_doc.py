@@ -18,8 +18,8 @@ import pytest
 
 from conftest import ROOT, script
 
-DOC = ROOT / "docs" / "reproductions.md"
 reproduce = script("reproduce")
+DOC = reproduce.DOC
 
 
 def slug(heading):
@@ -29,23 +29,8 @@ def slug(heading):
     return re.sub(r"[-\s]+", "-", value)
 
 
-def sections(text):
-    """(heading, body up to the next heading of any level), skipping fenced code when looking for headings."""
-    out, heading, body, fenced = [], None, [], False
-    for line in text.splitlines():
-        fenced ^= line.startswith("```")
-        match = None if fenced else re.match(r"#{1,6} (.+)", line)
-        if match:
-            out.append((heading, "\n".join(body)))
-            heading, body = match.group(1).strip(), []
-        else:
-            body.append(line)
-    out.append((heading, "\n".join(body)))
-    return [(h, b) for h, b in out if h is not None]
-
-
-SECTIONS = sections(DOC.read_text())
-RESULTS = [(h, b, re.search(r"\(tuned/([\w.]+\.json)\)", b)) for h, b in SECTIONS]
+SECTIONS = reproduce.sections(DOC.read_text())
+RESULTS = [(h, b, reproduce.RECORD.search(b)) for h, b in SECTIONS]
 RESULTS = [(h, b, m.group(1)) for h, b, m in RESULTS if m]
 
 
@@ -63,6 +48,8 @@ def without_dir(args):
 def test_the_document_has_its_result_sections():
     assert len(RESULTS) >= 10, [h for h, _, _ in RESULTS]
     assert len({f for _, _, f in RESULTS}) == len(RESULTS), "two sections link the same selection record"
+    # so a rerun of each section finds its record (reproduce.py's check_record): one section per command
+    assert sorted(reproduce.documented(DOC.read_text()).values()) == sorted(f for _, _, f in RESULTS)
 
 
 @pytest.mark.parametrize("heading, body, record", RESULTS, ids=[slug(h) for h, _, _ in RESULTS])
@@ -91,7 +78,7 @@ def test_each_result_section_rests_on_its_protocol(heading, body, record):
 
 @pytest.mark.parametrize("heading, body, record", RESULTS, ids=[slug(h) for h, _, _ in RESULTS])
 def test_each_result_section_is_the_output_of_the_command_it_shows(heading, body, record):
-    call = re.search(r"make reproduce PAPER=(\w+)(?: SCALE=(\w+))?(?: ARGS=\"--section ([\w.]+)\")?", body)
+    call = reproduce.CALL.search(body)
     assert call, f"{heading}: no make reproduce command"
     paper, scale, name = call.group(1), call.group(2) or "small", call.group(3)
     declared = reproduce.PAPERS[paper]
