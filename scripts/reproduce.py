@@ -42,7 +42,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from fedbench.tune.record import agreement
 
@@ -507,16 +507,24 @@ def sections(text: str) -> List[Tuple[str, str]]:
     return [(h, b) for h, b in out if h is not None]
 
 
+def called(body: str) -> Optional[Tuple[str, str, str]]:
+    """The (paper, scale, section) of the first ``make reproduce`` command a section of the document shows (``SCALE``
+    small and the paper's first section where the command leaves them out); None where it shows none of a paper."""
+    call = CALL.search(body)
+    if not call or call.group(1) not in PAPERS:
+        return None
+    paper = call.group(1)
+    return paper, call.group(2) or "small", call.group(3) or PAPERS[paper][0].name
+
+
 def documented(text: str) -> Dict[Tuple[str, str, str], str]:
     """The selection record each result section of ``text`` (docs/reproductions.md) links, by the (paper, scale,
-    section) of the first ``make reproduce`` command it shows (``SCALE`` small and the paper's first section where
-    the command leaves them out)."""
+    section) of the command it shows (``called``)."""
     found: Dict[Tuple[str, str, str], str] = {}
     for _, body in sections(text):
-        record, call = RECORD.search(body), CALL.search(body)
-        if record and call and call.group(1) in PAPERS:
-            paper, scale = call.group(1), call.group(2) or "small"
-            found.setdefault((paper, scale, call.group(3) or PAPERS[paper][0].name), record.group(1))
+        record, call = RECORD.search(body), called(body)
+        if record and call:
+            found.setdefault(call, record.group(1))
     return found
 
 

@@ -78,11 +78,10 @@ def test_each_result_section_rests_on_its_protocol(heading, body, record):
 
 @pytest.mark.parametrize("heading, body, record", RESULTS, ids=[slug(h) for h, _, _ in RESULTS])
 def test_each_result_section_is_the_output_of_the_command_it_shows(heading, body, record):
-    call = reproduce.CALL.search(body)
+    call = reproduce.called(body)
     assert call, f"{heading}: no make reproduce command"
-    paper, scale, name = call.group(1), call.group(2) or "small", call.group(3)
-    declared = reproduce.PAPERS[paper]
-    section = next(s for s in declared if s.name == name) if name else declared[0]
+    paper, scale, name = call
+    section = next(s for s in reproduce.PAPERS[paper] if s.name == name)
     selection = json.loads((ROOT / "docs" / "tuned" / record).read_text())
     joined = re.sub(r"\\\n\s*", "", body)
     cmd, _ = section.command(scale, ROOT / "outputs" / "reproduce", [])
