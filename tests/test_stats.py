@@ -127,6 +127,26 @@ def test_paired_costs_censor_a_missed_target_at_the_budget_hand_computed():
     assert stats.paired_costs([nan], [10], [nan], [10]).paired.verdict == "no shared seeds"
 
 
+def test_the_kaplan_meier_median_cost_counts_the_runs_that_missed_the_target_hand_computed():
+    nan = math.nan
+    # reached at 10 and 20, missed within budgets 25 and 100: S(10) = 3/4, S(20) = 3/4 * (1 - 1/3) = 1/2 -> 20,
+    # where the mean over the two runs that reached it says 15
+    assert stats.km_median([10, 20, nan, nan], [10, 20, 25, 100]) == (20, True)
+    # censored at 15, between the events: S(10) = 3/4, S(20) = 3/4 * (1 - 1/2) = 3/8 -> 20
+    assert stats.km_median([10, 20, nan, 30], [10, 20, 15, 30]) == (20, True)
+    # one run of three reached it: S stays 2/3, so the median lies beyond the largest budget, 150
+    assert stats.km_median([30, nan, nan], [30, 150, 120]) == (150, False)
+    assert stats.km_median([nan, nan], [80, 90]) == (90, False)
+    # every run reached it: the lower median (S(50) = 1/2)
+    assert stats.km_median([70, 30, 90, 50], [70, 30, 90, 50]) == (50, True)
+    assert stats.km_median([40, 10, 20], [40, 10, 20]) == (20, True)
+    median, exact = stats.km_median([], [])
+    assert math.isnan(median) and not exact
+    # in any order, censored runs leaving the risk set: at risk 6, 4, 3 at the events 7, 12, 18 (9 censored before
+    # 12), so S(12) = 5/6 * 3/4 = 5/8 and S(18) = 5/8 * 2/3 = 5/12 -> 18
+    assert stats.km_median([12, nan, 7, 30, nan, 18], [12, 9, 7, 30, 40, 18]) == (18, True)
+
+
 def test_report_compares_costs_to_a_target_with_censored_seeds(tmp_path):
     root = tmp_path / "sweep"
     # to 0.7 (evaluations at rounds 10-40): fast reaches it at round 20 on every seed; slow at 30, 40 and never (its

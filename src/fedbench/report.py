@@ -9,10 +9,12 @@ paths), or by the ``--group-by`` keys. Every number is recomputed from ``metrics
 participation): a run's final accuracy is its last evaluation, its best the maximum over evaluations, its top-k accuracy
 (``--top-k``, by default the runs' ``top_k``) the mean of its k highest evaluations, where it held out a validation
 split its accuracy at best validation the test accuracy at its evaluation of highest ``val_acc`` (the round picked on
-validation, not on the test curve as the best and top-k are), its cost to a target the counters
-of the first evaluation at or above it (at or below it for a loss target: the global training loss). Means and standard
-deviations (sample std, ddof=1) are over the group's completed runs; diverged, failed and interrupted runs are listed
-with their reasons and left out of the means. Writes into ``<first dir>/report/`` (or ``--out``):
+validation, not on the test curve as the best and top-k are), its cost to a target the counters of the first
+evaluation at or above it (at or below it for a loss target: the global training loss). Means and standard deviations
+(sample std, ddof=1) are over the group's completed runs (a cost's over those that reached the target, so where only
+some did, the tables add the Kaplan-Meier median cost, the others censored at their budgets:
+``fedbench.stats.km_median``); diverged, failed and interrupted runs are listed with their reasons and left out of the
+means. Writes into ``<first dir>/report/`` (or ``--out``):
 ``curves_<axis>.png/.pdf`` (test accuracy, test loss and training loss against rounds, gradient evaluations and floats
 communicated; mean line and a shaded band of ±1 std, distinct line styles and markers for black-and-white print; where
 runs evaluated it (``engine.eval_train``), a fourth panel, the global training loss, which the tables and paired
@@ -473,7 +475,9 @@ def group_table(group: Group, targets: Sequence[Target], top_k: Sequence[int] = 
         hit = [(r, i) for r, i in hit if i is not None]
         row["targets"][t.key] = {
             axis: mean_std([float(r.metrics[axis][i]) for r, i in hit if axis in r.metrics])
-            for axis, _ in AXES} | {"reached": len(hit)}
+            for axis, _ in AXES} | {"reached": len(hit), "median": {
+                axis: stats.km_median(*zip(*(cost_to(r, t, axis) for r in done)))
+                for axis, _ in AXES if done and all(axis in r.metrics for r in done)}}
     return row
 
 
@@ -525,10 +529,29 @@ def _cells(row: dict, targets: Sequence[Target], timed: bool = False, lossy: boo
     cells += [_fmt(row["global_loss"])] if lossy else []
     for t in targets:
         hit = row["targets"][t.key]
-        reach = f" ({hit['reached']}/{row['completed']})" if hit["reached"] < row["completed"] else ""
-        cells += [_fmt(hit["round"]) + reach, _fmt(hit["grad_evals"], 3), _fmt(hit["floats"], 3)]
-        cells += [_fmt(hit["sim_hours"], 3)] if timed else []
+        reach = f"{hit['reached']}/{row['completed']}" if hit["reached"] < row["completed"] else ""
+        n = row["completed"]
+        cells += [_fmt(hit["round"]) + _notes(reach, _median(hit, "round", n, 4)),
+                  *(_fmt(hit[axis], 3) + _notes(_median(hit, axis, n, 3))
+                    for axis in ("grad_evals", "floats", *(("sim_hours",) if timed else ())))]
     return cells + [_fmt(row["wall_time"], 3), "; ".join(row["flags"])]
+
+
+def _median(hit: dict, axis: str, runs: int, digits: int) -> str:
+    """The Kaplan-Meier median cost on ``axis`` (``stats.km_median``) where some but not all of a group's ``runs``
+    reached the target: there the mean over those that did counts only the fast ones ("median > B" where at most
+    half did, B the largest cost or budget observed); "" otherwise."""
+    median = hit["median"].get(axis)
+    if median is None or not 0 < hit["reached"] < runs:
+        return ""
+    value, exact = median
+    return f"median {'' if exact else '> '}{_num(value, digits)}"
+
+
+def _notes(*notes: str) -> str:
+    """" (a; b)" of the non-empty notes, "" without one."""
+    notes = [n for n in notes if n]
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def markdown(rows: List[dict], targets: Sequence[Target]) -> str:

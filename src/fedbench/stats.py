@@ -11,6 +11,9 @@ trace, so two methods are compared seed by seed.
   never reached the target is right-censored at its budget: a seed whose sign is known (one run reached it before the
   other's budget ended) enters at its bound, a seed whose sign is not is left out, and the verdict stands only if no
   censored seed goes against it.
+* ``km_median``: one method's typical cost to a target over its runs, those that never reached it right-censored at
+  their budgets: the median of the Kaplan-Meier estimate (``scipy.stats.ecdf`` on ``scipy.stats.CensoredData``),
+  where the mean over the runs that reached the target counts only the fast ones.
 * ``iqm``: the interquartile mean (the mean of the middle 50 % of scores, ``scipy.stats.trim_mean(x, 0.25)``) with
   a bootstrap CI, and ``profile``: the fraction of runs scoring above each threshold -- the aggregate views of
   Agarwal et al., *Deep RL at the Edge of the Statistical Precipice* (NeurIPS 2021), over several experiments.
@@ -122,6 +125,26 @@ def paired_costs(a: Sequence[float], a_budget: Sequence[float], b: Sequence[floa
     if winner is not None and censored[winner]:  # seeds where the named winner did not reach the target
         result.verdict = f"not decided: {censored[winner]} censored seed(s) favour {names[1 - winner]}"
     return PairedCosts(result, tuple(censored), undecided)
+
+
+def km_median(costs: Sequence[float], budgets: Sequence[float]) -> tuple:
+    """(median, exact) of a cost to a target over runs: ``costs[i]`` is run i's cost, nan where it never reached the
+    target, and ``budgets[i]`` what it had spent at its last evaluation, where such a run is right-censored. The
+    median is the smallest cost at which the Kaplan-Meier survival S(c) = prod over the reaching costs c_j <= c of
+    (1 - d_j / n_j) (d_j runs reaching the target at c_j, n_j still short of it just before) falls to 1/2 or below,
+    with ``exact`` True; where it never does (at most half the runs reached it), the median lies beyond every cost
+    and budget observed, and that largest value is returned with ``exact`` False. With all runs reaching the target it
+    is their lower median. (nan, False) without a run."""
+    c, budget = np.asarray(costs, dtype=float), np.asarray(budgets, dtype=float)
+    hit = np.isfinite(c)
+    if not c.size:
+        return math.nan, False
+    last = float(max(c[hit].max(initial=-math.inf), budget[~hit].max(initial=-math.inf)))
+    if not hit.any():
+        return last, False
+    sf = stats.ecdf(stats.CensoredData(uncensored=c[hit], right=budget[~hit])).sf
+    half = np.nonzero(sf.probabilities <= 0.5 + 1e-12)[0]  # 1e-12: a product of ratios that is 1/2 exactly
+    return (float(sf.quantiles[half[0]]), True) if half.size else (last, False)
 
 
 def t_interval(d: np.ndarray) -> tuple:
