@@ -541,10 +541,9 @@ def _median(hit: dict, axis: str, runs: int, digits: int) -> str:
     """The Kaplan-Meier median cost on ``axis`` (``stats.km_median``) where some but not all of a group's ``runs``
     reached the target: there the mean over those that did counts only the fast ones ("median > B" where at most
     half did, B the largest cost or budget observed); "" otherwise."""
-    median = hit["median"].get(axis)
-    if median is None or not 0 < hit["reached"] < runs:
+    value, exact = hit["median"].get(axis, (math.nan, False))
+    if not 0 < hit["reached"] < runs or not math.isfinite(value):
         return ""
-    value, exact = median
     return f"median {'' if exact else '> '}{_num(value, digits)}"
 
 
