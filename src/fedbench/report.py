@@ -471,13 +471,13 @@ def group_table(group: Group, targets: Sequence[Target], top_k: Sequence[int] = 
            "flags": [f"{r.status} (seed {r.seed}): {r.reason or 'no reason recorded'}" for r in group.runs
                      if r not in done], "targets": {}, "timed": any("sim_hours" in r.metrics for r in done)}
     for t in targets:
-        hit = [(r, first_reaching(r, t)) for r in done]
-        hit = [(r, i) for r, i in hit if i is not None]
-        row["targets"][t.key] = {
-            axis: mean_std([float(r.metrics[axis][i]) for r, i in hit if axis in r.metrics])
-            for axis, _ in AXES} | {"reached": len(hit), "median": {
-                axis: stats.km_median(*zip(*(cost_to(r, t, axis) for r in done)))
-                for axis, _ in AXES if done and all(axis in r.metrics for r in done)}}
+        # (cost, budget) of each run recording the axis (``cost_to``): the mean over the runs that reached the
+        # target (a finite cost), the Kaplan-Meier median over all where every run recorded it
+        spent = {axis: [cost_to(r, t, axis) for r in done if axis in r.metrics] for axis, _ in AXES}
+        row["targets"][t.key] = {axis: mean_std([c for c, _ in pairs]) for axis, pairs in spent.items()} | {
+            "reached": sum(first_reaching(r, t) is not None for r in done),
+            "median": {axis: stats.km_median(*zip(*pairs)) for axis, pairs in spent.items()
+                       if pairs and len(pairs) == len(done)}}
     return row
 
 
@@ -528,9 +528,8 @@ def _cells(row: dict, targets: Sequence[Target], timed: bool = False, lossy: boo
     cells += [_fmt(row["val_chosen_acc"])] if validated else []
     cells += [_fmt(row["global_loss"])] if lossy else []
     for t in targets:
-        hit = row["targets"][t.key]
-        reach = f"{hit['reached']}/{row['completed']}" if hit["reached"] < row["completed"] else ""
-        n = row["completed"]
+        hit, n = row["targets"][t.key], row["completed"]
+        reach = f"{hit['reached']}/{n}" if hit["reached"] < n else ""
         cells += [_fmt(hit["round"]) + _notes(reach, _median(hit, "round", n, 4)),
                   *(_fmt(hit[axis], 3) + _notes(_median(hit, axis, n, 3))
                     for axis in ("grad_evals", "floats", *(("sim_hours",) if timed else ())))]
