@@ -356,7 +356,7 @@ PAPERS: Dict[str, List[Section]] = {
                                                ("a20_k20_2seeds_baselines", FEDAMD[2:], "a20_k20_2seeds",
                                                 "a20_k20_baselines"))),
         # FedAMD's claim against FedAvg at K = 20 on the paper's whole 18-point grid (no --space): on the sub-grid
-        # FedAMD trained only at the smallest steps, slowly, and diverged elsewhere; the whole grid adds
+        # FedAMD trained only at eta_s = 0.1, slowly, and diverged elsewhere; the whole grid adds
         # eta_s = 0.8 and eta_l in {0.03, 0.01, 0.008}
         Section("a20_k20_fullgrid", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=18,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["client.local_steps=20"], tiny=FEDAMD_TINY),

@@ -6,7 +6,7 @@ output of the ``make reproduce`` section it shows, at the scale it names (``smal
 with the same preset, overrides, methods, trials and seeds as scripts/reproduce.py declares (a copied run names the
 same job of a section it reuses, by a path relative to its own directory); and it states the hardware, its wall
 times, the trial count, each method's chosen values and paired verdicts with their CIs. The summary table and the
-README link every result section by its heading's anchor.
+README link every result section by its heading's anchor, and the README counts the sections it lists.
 """
 
 import json
@@ -117,3 +117,11 @@ def test_the_summary_and_the_readme_link_every_result_section():
     assert summary <= anchors and readme <= anchors, (summary - anchors, readme - anchors)
     assert results <= summary, results - summary
     assert results <= readme, results - readme
+
+
+def test_the_readme_counts_the_sections_it_lists():
+    readme = (ROOT / "README.md").read_text()
+    stated = re.search(r"<summary>all (\d+) sections</summary>(.*?)</details>", readme, re.S)
+    assert stated, "README: no <summary>all N sections</summary> list"
+    rows = re.findall(r"^\| \[.*?\]\(docs/reproductions\.md#", stated.group(2), re.M)
+    assert int(stated.group(1)) == len(rows), f"README says all {stated.group(1)} sections and lists {len(rows)}"
