@@ -361,11 +361,15 @@ PAPERS: Dict[str, List[Section]] = {
         Section("a20_k20_fullgrid", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=18,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["client.local_steps=20"], tiny=FEDAMD_TINY),
         # SCAFFOLD and BVR-L-SGD alike, joint with it: on the sub-grid both kept its smallest eta_l, the next larger
-        # point having diverged, so the whole grid's eta_l in {0.01, 0.008} may hold a better stable choice (FedPAGE,
-        # whose sub-grid choice diverged on every final, is left to a later session: its trials cost the most)
+        # point having diverged, so the whole grid's eta_l in {0.01, 0.008} may hold a better stable choice
         Section("a20_k20_fullgrid_baselines", "fedamd_fmnist_small", "algo", [FEDAMD[2], FEDAMD[4]], trials=18,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["client.local_steps=20"], tiny=FEDAMD_TINY,
                 joint="a20_k20_fullgrid"),
+        # FedPAGE alike, the fifth method, joint with both: its sub-grid choices diverged on final seeds at one and
+        # two tuning seeds, and the whole grid adds eta_l in {0.01, 0.008} below the sub-grid's smallest
+        Section("a20_k20_fullgrid_fedpage", "fedamd_fmnist_small", "algo", FEDAMD[3:4], trials=18,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["client.local_steps=20"], tiny=FEDAMD_TINY,
+                joint="a20_k20_fullgrid", joint_also=["a20_k20_fullgrid_baselines"]),
         # the paper's own p at A = 100 (Table 2 implies 0.9, FedAMD note section 4.3; Cor. 4.9 gives 0.96): about 10
         # miners a round instead of 4, tuned on the same sub-grid
         Section("a100_p0.9", "fedamd_fmnist_small", "algo", FEDAMD[:1], trials=6,
