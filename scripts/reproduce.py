@@ -370,6 +370,11 @@ PAPERS: Dict[str, List[Section]] = {
         Section("a20_k20_fullgrid_fedpage", "fedamd_fmnist_small", "algo", FEDAMD[3:4], trials=18,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["client.local_steps=20"], tiny=FEDAMD_TINY,
                 joint="a20_k20_fullgrid", joint_also=["a20_k20_fullgrid_baselines"]),
+        # the whole grid at K = 20 on two tuning seeds, FedAMD and FedAvg first (the seed-100 trials are copied where
+        # a20_k20_fullgrid ran): there the one-seed choices of SCAFFOLD, BVR-L-SGD and FedPAGE lost final seeds
+        Section("a20_k20_fullgrid_2seeds", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=18,
+                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["client.local_steps=20"], tune_seeds="100,101",
+                tiny=FEDAMD_TINY, reuse=["a20_k20_fullgrid"]),
         # the paper's own p at A = 100 (Table 2 implies 0.9, FedAMD note section 4.3; Cor. 4.9 gives 0.96): about 10
         # miners a round instead of 4, tuned on the same sub-grid
         Section("a100_p0.9", "fedamd_fmnist_small", "algo", FEDAMD[:1], trials=6,
