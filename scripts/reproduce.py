@@ -366,7 +366,7 @@ PAPERS: Dict[str, List[Section]] = {
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["client.local_steps=20"], tiny=FEDAMD_TINY,
                 joint="a20_k20_fullgrid"),
         # FedPAGE alike, the fifth method, joint with both: its sub-grid choices diverged on final seeds at one and
-        # two tuning seeds, and the whole grid adds eta_l in {0.01, 0.008} below the sub-grid's smallest
+        # two tuning seeds, and the whole grid adds eta_s = 0.8 and eta_l in {0.03, 0.01, 0.008} between its points
         Section("a20_k20_fullgrid_fedpage", "fedamd_fmnist_small", "algo", FEDAMD[3:4], trials=18,
                 seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["client.local_steps=20"], tiny=FEDAMD_TINY,
                 joint="a20_k20_fullgrid", joint_also=["a20_k20_fullgrid_baselines"]),
