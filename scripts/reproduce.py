@@ -41,8 +41,9 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from fedbench.tune.record import agreement
 
@@ -232,65 +233,81 @@ GRADMA = ["gradma", "fedavg", "gradma_w", "gradma_s", "fedavgm", "mifa", "moon",
 GRADMA_CLAIMS = ["gradma", "fedavg", "gradma_s"]
 GRADMA_TINY = [*LENET_TINY, "participation.selection.clients_per_round=4"]
 
+#: final seeds at small and full scale: three (the issue's minimum), five at small only, five at both
+SEEDS_3 = {"small": "0,1,2", "full": "0,1,2"}
+SEEDS_5_SMALL = {"small": "0,1,2,3,4", "full": "0,1,2"}
+SEEDS_5 = {"small": "0,1,2,3,4", "full": "0,1,2,3,4"}
+
+
+def paper(experiment: str, key: str, **common) -> Callable[..., Section]:
+    """A paper's Section maker: its preset, the key its methods set and the options its sections share (``common``),
+    each declared once; a section names only its own options, one it names replacing the shared one (``experiment``
+    too). ``functools.partial`` of a maker shares more within a group of sections."""
+    def make(name: str, methods: List[str], **options) -> Section:
+        return Section(name, options.pop("experiment", experiment), key, methods, **{**common, **options})
+    return make
+
+
+wang22 = paper("wang22_fmnist_periodic_small", "algo", trials=5, launcher="packed")
+mimic = paper("mimic_fmnist_roundrobin_small", "algo", trials=7, seeds=SEEDS_3, tiny=MIMIC_TINY)
+fedsrc_synthetic = paper("fedsrc_synthetic_small", "participation/selection", trials=7, seeds=SEEDS_5,
+                         tiny=FEDSRC_SYNTHETIC_TINY)
+fedsrc_fmnist = paper("fedsrc_fmnist_small", "participation/selection", launcher="packed", tiny=FEDSRC_FMNIST_TINY)
+#: FedSRC's practical samplers on the sub-grid, five final seeds at both scales (for SCALE=full)
+fedsrc_practical = partial(fedsrc_fmnist, trials=4, seeds=SEEDS_5, space=FEDSRC_FMNIST_SUBGRID)
+fedamd = paper("fedamd_fmnist_small", "algo", seeds=SEEDS_3, tiny=FEDAMD_TINY)
+#: FedAMD on its sub-grid (6 of 18 points) and on its whole grid
+fedamd_subgrid = partial(fedamd, trials=6, space=FEDAMD_SUBGRID)
+fedamd_grid = partial(fedamd, trials=18)
+FEDAMD_K20 = ["client.local_steps=20"]
+FEDAMD_500 = ["rounds=500", "checkpoint_every=50"]
+gradma = paper("gradma_cifar10_dir0.01_small", "algo", trials=9, seeds=SEEDS_3, overrides=["dataset=fmnist"],
+               tiny=GRADMA_TINY)
+#: GradMA at Dirichlet 0.1 (the preset's is 0.01)
+gradma_dir01 = partial(gradma, overrides=["dataset=fmnist", "partition.alpha=0.1"])
+
 PAPERS: Dict[str, List[Section]] = {
     "wang22": [
         # the 1,200-round tuning, then the MLP twin to 20,000 rounds (400 post-warm-up windows) at its choices; once
         # on tuning seed 100, once on 100 and 101 (the one-seed choice for amplified FedAvg, 1e-5 over 1e-4, won by
         # 0.0007); at the two-seed choices five final seeds, for the claim amplified > waiting, which three seeds
         # showed in direction only
-        *(section for suffix, tune_seeds, seeds_20k in (("", "100", "0,1,2"), ("_2seeds", "100,101", "0,1,2,3,4"))
+        *(section for suffix, tune_seeds, seeds_20k in (("", "100", SEEDS_3), ("_2seeds", "100,101", SEEDS_5_SMALL))
           for section in (
-            Section(f"periodic{suffix}", "wang22_fmnist_periodic_small", "algo", WANG22, trials=5,
-                    seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, launcher="packed", tune_seeds=tune_seeds,
-                    tiny=["rounds=6", "eval_every=2", "partition.num_clients=20"]),
-            Section(f"periodic_20k{suffix}", "wang22_fmnist_periodic_small", "algo", WANG22, trials=5,
-                    seeds={"small": seeds_20k, "full": "0,1,2"}, launcher="packed", after=f"periodic{suffix}",
-                    overrides=["rounds=20000", "eval_every=100", "checkpoint_every=2000"],
-                    tiny=["rounds=8", "eval_every=2", "partition.num_clients=20"]))),
+            wang22(f"periodic{suffix}", WANG22, seeds=SEEDS_5_SMALL, tune_seeds=tune_seeds,
+                   tiny=["rounds=6", "eval_every=2", "partition.num_clients=20"]),
+            wang22(f"periodic_20k{suffix}", WANG22, seeds=seeds_20k, after=f"periodic{suffix}",
+                   overrides=["rounds=20000", "eval_every=100", "checkpoint_every=2000"],
+                   tiny=["rounds=8", "eval_every=2", "partition.num_clients=20"]))),
     ],
     "mimic": [
-        *(Section(f"roundrobin{suffix}", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
-                  seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=overrides, tiny=MIMIC_TINY)
-          for suffix, overrides in MIMIC_ROUND_ROBIN),
-        Section("timevarying", "mimic_fmnist_timevarying_small", "algo", MIMIC, trials=7,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, tiny=MIMIC_TINY),
-        Section("static", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
-                seeds={"small": "0,1,2", "full": "0,1,2"},
-                overrides=MIMIC_STATIC, tiny=MIMIC_TINY),
+        *(mimic(f"roundrobin{suffix}", MIMIC, overrides=overrides) for suffix, overrides in MIMIC_ROUND_ROBIN),
+        mimic("timevarying", MIMIC, experiment="mimic_fmnist_timevarying_small"),
+        mimic("static", MIMIC, overrides=MIMIC_STATIC),
         # the two random-availability sections on two tuning seeds: their one-seed choices between eta_l = 0.1
         # and 0.03 flipped on a GPU (MimiC's and MIFA's under time-varying, FedAvg's under static p = 0.1); a job
         # costs under a minute, so five final seeds
-        Section("timevarying_2seeds", "mimic_fmnist_timevarying_small", "algo", MIMIC, trials=7,
-                seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, tune_seeds="100,101", tiny=MIMIC_TINY),
-        Section("static_2seeds", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
-                seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, tune_seeds="100,101",
-                overrides=MIMIC_STATIC, tiny=MIMIC_TINY),
+        mimic("timevarying_2seeds", MIMIC, experiment="mimic_fmnist_timevarying_small", seeds=SEEDS_5_SMALL,
+              tune_seeds="100,101"),
+        mimic("static_2seeds", MIMIC, seeds=SEEDS_5_SMALL, tune_seeds="100,101", overrides=MIMIC_STATIC),
         # round robin on two tuning seeds, five final seeds: at tau_max = 20 one seed chose SCAFFOLD's 0.03, which
         # diverged on two of three final seeds, and left MIFA's lead over MimiC (3/3 seeds) without a t-verdict;
         # at tau_max = 10 and 5 MimiC and MIFA tie at n = 3
-        *(Section(f"roundrobin{suffix}_2seeds", "mimic_fmnist_roundrobin_small", "algo", MIMIC, trials=7,
-                  seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, tune_seeds="100,101", overrides=overrides,
-                  tiny=MIMIC_TINY)
+        *(mimic(f"roundrobin{suffix}_2seeds", MIMIC, seeds=SEEDS_5_SMALL, tune_seeds="100,101", overrides=overrides)
           for suffix, overrides in MIMIC_ROUND_ROBIN),
     ],
     "fedsrc": [
         # then on two tuning seeds: uniform's one-seed choice (0.003, the others 0.01) rests on one instance
-        *(Section(name, "fedsrc_synthetic_small", "participation/selection", FEDSRC_SYNTHETIC, trials=7,
-                  seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, tune_seeds=tune_seeds, reuse=reuse,
-                  tiny=FEDSRC_SYNTHETIC_TINY)
+        *(fedsrc_synthetic(name, FEDSRC_SYNTHETIC, tune_seeds=tune_seeds, reuse=reuse)
           for name, tune_seeds, reuse in (("synthetic", "100", []), ("synthetic_2seeds", "100,101", ["synthetic"]))),
         # the practical samplers (Sec. 6: stale statistics of the clients last sampled, what a deployment can run)
         # tuned alike; the paper's synthetic figures do not say which mode they used (spec A10)
-        Section("synthetic_2seeds_practical", "fedsrc_synthetic_small", "participation/selection", FEDSRC_PRACTICAL,
-                trials=7, seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, tune_seeds="100,101",
-                tiny=FEDSRC_SYNTHETIC_TINY, joint="synthetic_2seeds"),
-        Section("fmnist", "fedsrc_fmnist_small", "participation/selection", FEDSRC_FMNIST, trials=4,
-                seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, launcher="packed", tiny=FEDSRC_FMNIST_TINY),
+        fedsrc_synthetic("synthetic_2seeds_practical", FEDSRC_PRACTICAL, tune_seeds="100,101",
+                         joint="synthetic_2seeds"),
+        fedsrc_fmnist("fmnist", FEDSRC_FMNIST, trials=4, seeds=SEEDS_5_SMALL),
         # every sampler on the whole 7-point grid (fmnist draws 4 of the 7 per sampler, so the points differ), then
         # on two tuning seeds (the one-seed trials copied)
-        *(Section(name, "fedsrc_fmnist_small", "participation/selection", FEDSRC_FMNIST, trials=7,
-                  seeds={"small": "0,1,2,3,4", "full": "0,1,2"}, launcher="packed", tune_seeds=tune_seeds,
-                  reuse=reuse, tiny=FEDSRC_FMNIST_TINY)
+        *(fedsrc_fmnist(name, FEDSRC_FMNIST, trials=7, seeds=SEEDS_5_SMALL, tune_seeds=tune_seeds, reuse=reuse)
           for name, tune_seeds, reuse in (("fmnist_fullgrid", "100", []),
                                           ("fmnist_fullgrid_2seeds", "100,101", ["fmnist_fullgrid"]))),
         # the practical samplers on a sub-grid, for SCALE=full: the paper's 300 clients, S = 20, 50 local steps and
@@ -298,224 +315,156 @@ PAPERS: Dict[str, List[Section]] = {
         # first three gave FedSRC-D's lead over uniform on final accuracy on 3/3 seeds, without a t-verdict); then
         # FedSRC-D with the official code's scorer (fedsrc_d_code, note A9: a beta = 0.5 mix of the update's norm and
         # its distance to the cohort's mean, the code behind Tables 2-5), tuned alike, reported with those finals
-        *(Section(name, "fedsrc_fmnist_small", "participation/selection", methods, trials=4,
-                  seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, launcher="packed", space=FEDSRC_FMNIST_SUBGRID,
-                  tiny=FEDSRC_FMNIST_TINY, joint=joint)
-          for name, methods, joint in (("fmnist_practical", FEDSRC_FMNIST_PRACTICAL, ""),
-                                       ("fmnist_practical_code", ["fedsrc_d_code"], "fmnist_practical"))),
+        fedsrc_practical("fmnist_practical", FEDSRC_FMNIST_PRACTICAL),
+        fedsrc_practical("fmnist_practical_code", ["fedsrc_d_code"], joint="fmnist_practical"),
         # Table 5 (S in {10, 30, 50} clients a round at Dirichlet alpha = 1) for FedSRC-D's claim against uniform,
         # at SCALE=full as above, five final seeds (at S = 30 and 50 three at first, seeds 3 and 4 added later, the
         # finished jobs skipped); then at each S Table 5's other practical samplers, tuned alike, reported with those
         # two
-        *(Section(name, "fedsrc_fmnist_small", "participation/selection", methods, trials=4,
-                  seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, launcher="packed",
-                  overrides=["partition.alpha=1.0", f"where_supported.participation.selection.clients_per_round={s}"],
-                  space=FEDSRC_FMNIST_SUBGRID, joint=joint,
-                  tiny=[*FEDSRC_FMNIST_TINY, f"where_supported.participation.selection.clients_per_round={s // 5}"])
+        *(fedsrc_practical(name, methods, joint=joint,
+                           overrides=["partition.alpha=1.0",
+                                      f"where_supported.participation.selection.clients_per_round={s}"],
+                           tiny=[*FEDSRC_FMNIST_TINY,
+                                 f"where_supported.participation.selection.clients_per_round={s // 5}"])
           for s in (10, 30, 50)
           for name, methods, joint in ((f"fmnist_practical_alpha1_s{s}", FEDSRC_TABLE5_CLAIM, ""),
                                        (f"fmnist_practical_alpha1_s{s}_others", FEDSRC_TABLE5_OTHERS,
                                         f"fmnist_practical_alpha1_s{s}"))),
     ],
     "fedamd": [
-        Section("a20", "fedamd_fmnist_small", "algo", FEDAMD, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
-                space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY),
+        fedamd_subgrid("a20", FEDAMD),
         # the paper's whole 18-point grid (no --space): FedAMD's claim against FedAvg, then the three other
         # baselines tuned alike (a20_fullgrid_baselines, 71 min on two cores, joint with it)
-        Section("a20_fullgrid", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=18,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, tiny=FEDAMD_TINY),
-        Section("a20_fullgrid_baselines", "fedamd_fmnist_small", "algo", FEDAMD[2:], trials=18,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, tiny=FEDAMD_TINY, joint="a20_fullgrid"),
+        fedamd_grid("a20_fullgrid", FEDAMD[:2]),
+        fedamd_grid("a20_fullgrid_baselines", FEDAMD[2:], joint="a20_fullgrid"),
         # the whole grid on two tuning seeds: a20_fullgrid's one-seed choice for FedAMD collapsed on 2 of 3 finals
-        Section("a20_fullgrid_2seeds", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=18,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, tune_seeds="100,101", tiny=FEDAMD_TINY),
+        fedamd_grid("a20_fullgrid_2seeds", FEDAMD[:2], tune_seeds="100,101"),
         # the three other baselines alike, joint with it: a20_fullgrid_baselines's one-seed choices for SCAFFOLD and
         # BVR-L-SGD diverged on a final seed each (its seed-100 trials are copied)
-        Section("a20_fullgrid_2seeds_baselines", "fedamd_fmnist_small", "algo", FEDAMD[2:], trials=18,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, tune_seeds="100,101", tiny=FEDAMD_TINY,
-                joint="a20_fullgrid_2seeds", reuse=["a20_fullgrid_baselines"]),
+        fedamd_grid("a20_fullgrid_2seeds_baselines", FEDAMD[2:], tune_seeds="100,101", joint="a20_fullgrid_2seeds",
+                    reuse=["a20_fullgrid_baselines"]),
         # the paper's larger cohorts on a20's sub-grid (p follows A through Cor. 4.9: 0.93 at A = 40, 0.96 at 100)
-        *(Section(f"a{a}", "fedamd_fmnist_small", "algo", FEDAMD, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
-                  overrides=[f"participation.selection.clients_per_round={a}"],
-                  space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY)
+        *(fedamd_subgrid(f"a{a}", FEDAMD, overrides=[f"participation.selection.clients_per_round={a}"])
           for a in (40, 100)),
         # App. F (Figs. 8-10): the five methods at K = 5 and 20 local steps (K = 10 is a20), on a20's sub-grid; at
         # K = 20 (twice a20's time a job) FedAMD's claim against FedAvg first, the three other baselines tuned alike
         # in a joint part
-        *(Section(name, "fedamd_fmnist_small", "algo", methods, trials=6,
-                  seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=[f"client.local_steps={k}"],
-                  space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY, joint=joint)
+        *(fedamd_subgrid(name, methods, overrides=[f"client.local_steps={k}"], joint=joint)
           for k, name, methods, joint in ((5, "a20_k5", FEDAMD, ""), (20, "a20_k20", FEDAMD[:2], ""),
                                           (20, "a20_k20_baselines", FEDAMD[2:], "a20_k20"))),
         # K = 20 on two tuning seeds, the five methods tuned alike in two joint parts: a20_k20_baselines's one-seed
         # choice for FedPAGE diverged on every final seed (the seed-100 trials are copied where those sections ran)
-        *(Section(name, "fedamd_fmnist_small", "algo", methods, trials=6,
-                  seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["client.local_steps=20"],
-                  space=FEDAMD_SUBGRID, tune_seeds="100,101", tiny=FEDAMD_TINY, joint=joint, reuse=[reused])
+        *(fedamd_subgrid(name, methods, overrides=FEDAMD_K20, tune_seeds="100,101", joint=joint, reuse=[reused])
           for name, methods, joint, reused in (("a20_k20_2seeds", FEDAMD[:2], "", "a20_k20"),
                                                ("a20_k20_2seeds_baselines", FEDAMD[2:], "a20_k20_2seeds",
                                                 "a20_k20_baselines"))),
         # FedAMD's claim against FedAvg at K = 20 on the paper's whole 18-point grid (no --space): on the sub-grid
         # FedAMD trained only at eta_s = 0.1, slowly, and diverged elsewhere; the whole grid adds
         # eta_s = 0.8 and eta_l in {0.03, 0.01, 0.008}
-        Section("a20_k20_fullgrid", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=18,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["client.local_steps=20"], tiny=FEDAMD_TINY),
+        fedamd_grid("a20_k20_fullgrid", FEDAMD[:2], overrides=FEDAMD_K20),
         # SCAFFOLD and BVR-L-SGD alike, joint with it: on the sub-grid both kept its smallest eta_l, the next larger
         # point having diverged, so the whole grid's eta_l in {0.01, 0.008} may hold a better stable choice
-        Section("a20_k20_fullgrid_baselines", "fedamd_fmnist_small", "algo", [FEDAMD[2], FEDAMD[4]], trials=18,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["client.local_steps=20"], tiny=FEDAMD_TINY,
-                joint="a20_k20_fullgrid"),
+        fedamd_grid("a20_k20_fullgrid_baselines", [FEDAMD[2], FEDAMD[4]], overrides=FEDAMD_K20,
+                    joint="a20_k20_fullgrid"),
         # FedPAGE alike, the fifth method, joint with both: its sub-grid choices diverged on final seeds at one and
         # two tuning seeds, and the whole grid adds eta_s = 0.8 and eta_l in {0.03, 0.01, 0.008} between its points
-        Section("a20_k20_fullgrid_fedpage", "fedamd_fmnist_small", "algo", FEDAMD[3:4], trials=18,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["client.local_steps=20"], tiny=FEDAMD_TINY,
-                joint="a20_k20_fullgrid", joint_also=["a20_k20_fullgrid_baselines"]),
+        fedamd_grid("a20_k20_fullgrid_fedpage", FEDAMD[3:4], overrides=FEDAMD_K20, joint="a20_k20_fullgrid",
+                    joint_also=["a20_k20_fullgrid_baselines"]),
         # the whole grid at K = 20 on two tuning seeds, FedAMD and FedAvg first (the seed-100 trials are copied where
         # a20_k20_fullgrid ran): there the one-seed choices of SCAFFOLD, BVR-L-SGD and FedPAGE lost final seeds
-        Section("a20_k20_fullgrid_2seeds", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=18,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["client.local_steps=20"], tune_seeds="100,101",
-                tiny=FEDAMD_TINY, reuse=["a20_k20_fullgrid"]),
+        fedamd_grid("a20_k20_fullgrid_2seeds", FEDAMD[:2], overrides=FEDAMD_K20, tune_seeds="100,101",
+                    reuse=["a20_k20_fullgrid"]),
         # the paper's own p at A = 100 (Table 2 implies 0.9, FedAMD note section 4.3; Cor. 4.9 gives 0.96): about 10
         # miners a round instead of 4, tuned on the same sub-grid
-        Section("a100_p0.9", "fedamd_fmnist_small", "algo", FEDAMD[:1], trials=6,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["participation.selection.clients_per_round=100"],
-                space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY, joint="a100", ablation=["+algo_settings.fedamd.p=0.9"]),
+        fedamd_subgrid("a100_p0.9", FEDAMD[:1], overrides=["participation.selection.clients_per_round=100"],
+                       joint="a100", ablation=["+algo_settings.fedamd.p=0.9"]),
         # FedAMD's claim against FedAvg on two tuning seeds: a20's one-seed choice diverged on a final seed in a20_500
-        Section("a20_2seeds", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=6,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, space=FEDAMD_SUBGRID, tune_seeds="100,101",
-                tiny=FEDAMD_TINY),
+        fedamd_subgrid("a20_2seeds", FEDAMD[:2], tune_seeds="100,101"),
         # the three other baselines on the same two tuning seeds: with a20_2seeds, all five methods tuned alike
-        Section("a20_2seeds_baselines", "fedamd_fmnist_small", "algo", FEDAMD[2:], trials=6,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, space=FEDAMD_SUBGRID, tune_seeds="100,101",
-                tiny=FEDAMD_TINY, joint="a20_2seeds"),
+        fedamd_subgrid("a20_2seeds_baselines", FEDAMD[2:], tune_seeds="100,101", joint="a20_2seeds"),
         # the issue's budget (75 % or at least 500 rounds) at a20's choices: does FedAMD's peak rise with rounds?
-        Section("a20_500", "fedamd_fmnist_small", "algo", FEDAMD, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
-                after="a20", overrides=["rounds=500", "checkpoint_every=50"], tiny=FEDAMD_TINY),
+        fedamd("a20_500", FEDAMD, trials=6, after="a20", overrides=FEDAMD_500),
         # FedAMD and FedAvg tuned at the issue's budget itself (500 rounds; the paper reports 400), not carried
-        Section("a20_500_tuned", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=6,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["rounds=500", "checkpoint_every=50"],
-                space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY),
+        fedamd_subgrid("a20_500_tuned", FEDAMD[:2], overrides=FEDAMD_500),
         # the three other baselines tuned alike at 500 rounds, joint with it
-        Section("a20_500_tuned_baselines", "fedamd_fmnist_small", "algo", FEDAMD[2:], trials=6,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["rounds=500", "checkpoint_every=50"],
-                space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY, joint="a20_500_tuned"),
+        fedamd_subgrid("a20_500_tuned_baselines", FEDAMD[2:], overrides=FEDAMD_500, joint="a20_500_tuned"),
         # FedAMD and FedAvg tuned at 500 rounds on two tuning seeds: a20_500_tuned's one-seed choice for FedAMD
         # diverged on a final seed (the protocol's remedy); the seed-100 trials are a20_500_tuned's
-        Section("a20_500_2seeds", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=6,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["rounds=500", "checkpoint_every=50"],
-                space=FEDAMD_SUBGRID, tune_seeds="100,101", tiny=FEDAMD_TINY, reuse=["a20_500_tuned"]),
+        fedamd_subgrid("a20_500_2seeds", FEDAMD[:2], overrides=FEDAMD_500, tune_seeds="100,101",
+                       reuse=["a20_500_tuned"]),
         # the three other baselines tuned alike (500 rounds, two tuning seeds), joint with it
-        Section("a20_500_2seeds_baselines", "fedamd_fmnist_small", "algo", FEDAMD[2:], trials=6,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["rounds=500", "checkpoint_every=50"],
-                space=FEDAMD_SUBGRID, tune_seeds="100,101", tiny=FEDAMD_TINY, joint="a20_500_2seeds",
-                reuse=["a20_500_tuned_baselines"]),
+        fedamd_subgrid("a20_500_2seeds_baselines", FEDAMD[2:], overrides=FEDAMD_500, tune_seeds="100,101",
+                       joint="a20_500_2seeds", reuse=["a20_500_tuned_baselines"]),
         # FedAMD and FedAvg on a third tuning seed: a20_500_2seeds's choice for FedAMD still diverged on a final seed
-        Section("a20_500_3seeds", "fedamd_fmnist_small", "algo", FEDAMD[:2], trials=6,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["rounds=500", "checkpoint_every=50"],
-                space=FEDAMD_SUBGRID, tune_seeds="100,101,102", tiny=FEDAMD_TINY, reuse=["a20_500_2seeds"]),
+        fedamd_subgrid("a20_500_3seeds", FEDAMD[:2], overrides=FEDAMD_500, tune_seeds="100,101,102",
+                       reuse=["a20_500_2seeds"]),
         # the same budget at the two-seed choices of all five (the three at eta_s = 0.1 still climbed at round 150)
-        *(Section(name, "fedamd_fmnist_small", "algo", methods, trials=6, seeds={"small": "0,1,2", "full": "0,1,2"},
-                  after=after, overrides=["rounds=500", "checkpoint_every=50"], space=FEDAMD_SUBGRID,
-                  tiny=FEDAMD_TINY, joint=joint)
+        *(fedamd_subgrid(name, methods, after=after, overrides=FEDAMD_500, joint=joint)
           for name, methods, after, joint in (
               ("a20_2seeds_500", FEDAMD[:2], "a20_2seeds", ""),
               ("a20_2seeds_baselines_500", FEDAMD[2:], "a20_2seeds_baselines", "a20_2seeds_500"))),
         # Table 2's two schedules and Cor. 4.7's period, tuned alike with FedAvg on a20's sub-grid: the constant
         # p of Cor. 4.9 against the sequential {0,1} (tau = 2) and {0,0,1} (tau = 3)
-        Section("a20_schedules", "fedamd_fmnist_small", "algo", FEDAMD_SCHEDULES, trials=6,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY),
+        fedamd_subgrid("a20_schedules", FEDAMD_SCHEDULES),
         # the same on two tuning seeds: a20_schedules' one-seed choice for the sequential {0,1} diverged on every
         # final seed, FedAMD's on one (its seed-100 trials are copied)
-        Section("a20_schedules_2seeds", "fedamd_fmnist_small", "algo", FEDAMD_SCHEDULES, trials=6,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, space=FEDAMD_SUBGRID, tune_seeds="100,101",
-                tiny=FEDAMD_TINY, reuse=["a20_schedules"]),
+        fedamd_subgrid("a20_schedules_2seeds", FEDAMD_SCHEDULES, tune_seeds="100,101", reuse=["a20_schedules"]),
         # Cor. 4.7 to the issue's budget: a20_schedules_2seeds' choices (both sequential schedules at the grid's
         # smallest step, still rising at round 150) to 500 rounds, with the constant p and FedAvg it compared
-        Section("a20_schedules_2seeds_500", "fedamd_fmnist_small", "algo", FEDAMD_SCHEDULES, trials=6,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, after="a20_schedules_2seeds",
-                overrides=["rounds=500", "checkpoint_every=50"], space=FEDAMD_SUBGRID, tiny=FEDAMD_TINY),
+        fedamd_subgrid("a20_schedules_2seeds_500", FEDAMD_SCHEDULES, after="a20_schedules_2seeds",
+                       overrides=FEDAMD_500),
     ],
     "gradma": [
         # the paper's eta_l grid at eta_g = 1 (3 of its 9 points; FedDyn's alpha drawn with it)
-        Section("dir0.01", "gradma_cifar10_dir0.01_small", "algo", GRADMA, trials=3,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"],
-                space=["algo.server_lr=1.0"], tiny=GRADMA_TINY),
-        Section("dir0.1", "gradma_cifar10_dir0.01_small", "algo", GRADMA, trials=3,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
-                space=["algo.server_lr=1.0"], tiny=GRADMA_TINY),
-        Section("dir0.01_fullgrid", "gradma_cifar10_dir0.01_small", "algo", GRADMA, trials=9,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"], tiny=GRADMA_TINY),
-        Section("dir0.1_fullgrid", "gradma_cifar10_dir0.01_small", "algo", GRADMA, trials=9,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
-                tiny=GRADMA_TINY),
+        gradma("dir0.01", GRADMA, trials=3, space=["algo.server_lr=1.0"]),
+        gradma_dir01("dir0.1", GRADMA, trials=3, space=["algo.server_lr=1.0"]),
+        gradma("dir0.01_fullgrid", GRADMA),
+        gradma_dir01("dir0.1_fullgrid", GRADMA),
         # GradMA's claims on two tuning seeds: the full grid's one-seed choice for GradMA diverged on every final seed
-        Section("dir0.01_fullgrid_2seeds", "gradma_cifar10_dir0.01_small", "algo", GRADMA_CLAIMS, trials=9,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"], tune_seeds="100,101",
-                tiny=GRADMA_TINY),
+        gradma("dir0.01_fullgrid_2seeds", GRADMA_CLAIMS, tune_seeds="100,101"),
         # the ablation's claim (GradMA-S >> GradMA-W) under the same two-seed protocol, both variants tuned here
-        Section("dir0.01_fullgrid_2seeds_ablation", "gradma_cifar10_dir0.01_small", "algo", ["gradma_s", "gradma_w"],
-                trials=9, seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"],
-                tune_seeds="100,101", tiny=GRADMA_TINY),
+        gradma("dir0.01_fullgrid_2seeds_ablation", ["gradma_s", "gradma_w"], tune_seeds="100,101"),
         # the ablation on a third tuning seed: the two-seed choice for GradMA-S, (0.1, 1) by 0.0009, diverged on two
         # of three final seeds (the seeds 100 and 101 trials are the section above's)
-        Section("dir0.01_fullgrid_3seeds_ablation", "gradma_cifar10_dir0.01_small", "algo", ["gradma_s", "gradma_w"],
-                trials=9, seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"],
-                tune_seeds="100,101,102", tiny=GRADMA_TINY, reuse=["dir0.01_fullgrid_2seeds_ablation"]),
+        gradma("dir0.01_fullgrid_3seeds_ablation", ["gradma_s", "gradma_w"], tune_seeds="100,101,102",
+               reuse=["dir0.01_fullgrid_2seeds_ablation"]),
         # the claims' other methods on the same three tuning seeds, joint with the ablation (GradMA-S is there)
-        Section("dir0.01_fullgrid_3seeds", "gradma_cifar10_dir0.01_small", "algo", ["gradma", "fedavg"],
-                trials=9, seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"],
-                tune_seeds="100,101,102", tiny=GRADMA_TINY, joint="dir0.01_fullgrid_3seeds_ablation",
-                reuse=["dir0.01_fullgrid_2seeds"]),
+        gradma("dir0.01_fullgrid_3seeds", ["gradma", "fedavg"], tune_seeds="100,101,102",
+               joint="dir0.01_fullgrid_3seeds_ablation", reuse=["dir0.01_fullgrid_2seeds"]),
         # the three baselines nearest GradMA on the one-seed grid, on the same three tuning seeds, joint with the claims
-        Section("dir0.01_fullgrid_3seeds_baselines", "gradma_cifar10_dir0.01_small", "algo",
-                ["fedavgm", "mifa", "feddyn"], trials=9, seeds={"small": "0,1,2", "full": "0,1,2"},
-                overrides=["dataset=fmnist"], tune_seeds="100,101,102", tiny=GRADMA_TINY,
-                joint="dir0.01_fullgrid_3seeds"),
+        gradma("dir0.01_fullgrid_3seeds_baselines", ["fedavgm", "mifa", "feddyn"], tune_seeds="100,101,102",
+               joint="dir0.01_fullgrid_3seeds"),
         # the three baselines further behind (MOON, MimeLite, FedMLB), so all ten have 27 tuning runs at Dirichlet
         # 0.01; its joint report is the ten methods' (the three sections above tuned alike)
-        Section("dir0.01_fullgrid_3seeds_others", "gradma_cifar10_dir0.01_small", "algo",
-                ["moon", "mimelite", "fedmlb"], trials=9, seeds={"small": "0,1,2", "full": "0,1,2"},
-                overrides=["dataset=fmnist"], tune_seeds="100,101,102", tiny=GRADMA_TINY,
-                joint="dir0.01_fullgrid_3seeds",
-                joint_also=["dir0.01_fullgrid_3seeds_ablation", "dir0.01_fullgrid_3seeds_baselines"]),
+        gradma("dir0.01_fullgrid_3seeds_others", ["moon", "mimelite", "fedmlb"], tune_seeds="100,101,102",
+               joint="dir0.01_fullgrid_3seeds",
+               joint_also=["dir0.01_fullgrid_3seeds_ablation", "dir0.01_fullgrid_3seeds_baselines"]),
         # MOON at its paper's CIFAR-10 mu = 5 (fedbench's default, 1, is its CIFAR-100 value), then at a tenth of the
         # default, each tuned alike and reported with the section above's finals (ablations, not a search: MOON's
         # setting stays mu = 1)
-        *(Section(f"dir0.01_fullgrid_3seeds_moon_mu{mu}", "gradma_cifar10_dir0.01_small", "algo", ["moon"], trials=9,
-                  seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist"], tune_seeds="100,101,102",
-                  tiny=GRADMA_TINY, joint="dir0.01_fullgrid_3seeds_others", ablation=[f"+algo_settings.moon.mu={mu}"])
+        *(gradma(f"dir0.01_fullgrid_3seeds_moon_mu{mu}", ["moon"], tune_seeds="100,101,102",
+                 joint="dir0.01_fullgrid_3seeds_others", ablation=[f"+algo_settings.moon.mu={mu}"])
           for mu in (5, 0.1)),
         # the same two-seed protocol at Dirichlet 0.1, the claims' methods, then the ablation (GradMA-S's runs copied)
-        Section("dir0.1_fullgrid_2seeds", "gradma_cifar10_dir0.01_small", "algo", GRADMA_CLAIMS, trials=9,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
-                tune_seeds="100,101", tiny=GRADMA_TINY, reuse=["dir0.1_fullgrid"]),
-        Section("dir0.1_fullgrid_2seeds_ablation", "gradma_cifar10_dir0.01_small", "algo", ["gradma_s", "gradma_w"],
-                trials=9, seeds={"small": "0,1,2", "full": "0,1,2"},
-                overrides=["dataset=fmnist", "partition.alpha=0.1"], tune_seeds="100,101", tiny=GRADMA_TINY,
-                reuse=["dir0.1_fullgrid", "dir0.1_fullgrid_2seeds"]),
+        gradma_dir01("dir0.1_fullgrid_2seeds", GRADMA_CLAIMS, tune_seeds="100,101", reuse=["dir0.1_fullgrid"]),
+        gradma_dir01("dir0.1_fullgrid_2seeds_ablation", ["gradma_s", "gradma_w"], tune_seeds="100,101",
+                     reuse=["dir0.1_fullgrid", "dir0.1_fullgrid_2seeds"]),
         # the six other baselines under the same two-seed protocol, joint with the claims' section
-        Section("dir0.1_fullgrid_2seeds_baselines", "gradma_cifar10_dir0.01_small", "algo",
-                GRADMA[4:], trials=9,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
-                tune_seeds="100,101", tiny=GRADMA_TINY, joint="dir0.1_fullgrid_2seeds", reuse=["dir0.1_fullgrid"]),
+        gradma_dir01("dir0.1_fullgrid_2seeds_baselines", GRADMA[4:], tune_seeds="100,101",
+                     joint="dir0.1_fullgrid_2seeds", reuse=["dir0.1_fullgrid"]),
         # MIFA on a third tuning seed: its two-seed choice (0.1, 10) diverged on a final seed (the seeds 100 and 101
         # trials are the section above's)
-        Section("dir0.1_fullgrid_3seeds_mifa", "gradma_cifar10_dir0.01_small", "algo", ["mifa"], trials=9,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
-                tune_seeds="100,101,102", tiny=GRADMA_TINY, reuse=["dir0.1_fullgrid_2seeds_baselines"]),
+        gradma_dir01("dir0.1_fullgrid_3seeds_mifa", ["mifa"], tune_seeds="100,101,102",
+                     reuse=["dir0.1_fullgrid_2seeds_baselines"]),
         # every method on three tuning seeds, so all ten have MIFA's tuning budget (27 runs each); the seeds 100 and
         # 101 trials, and the finals of choices that stand, are the two-seed sections' runs
-        Section("dir0.1_fullgrid_3seeds", "gradma_cifar10_dir0.01_small", "algo", GRADMA, trials=9,
-                seeds={"small": "0,1,2", "full": "0,1,2"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
-                tune_seeds="100,101,102", tiny=GRADMA_TINY,
-                reuse=["dir0.1_fullgrid_2seeds", "dir0.1_fullgrid_2seeds_ablation", "dir0.1_fullgrid_2seeds_baselines",
-                       "dir0.1_fullgrid_3seeds_mifa"]),
+        gradma_dir01("dir0.1_fullgrid_3seeds", GRADMA, tune_seeds="100,101,102",
+                     reuse=["dir0.1_fullgrid_2seeds", "dir0.1_fullgrid_2seeds_ablation",
+                            "dir0.1_fullgrid_2seeds_baselines", "dir0.1_fullgrid_3seeds_mifa"]),
         # the three-seed choices of the claims' methods and the two baselines nearest GradMA on five final seeds:
         # MIFA's choice diverged on seed 1, so its pairs rested on two seeds
-        Section("dir0.1_fullgrid_3seeds_5finals", "gradma_cifar10_dir0.01_small", "algo",
-                ["gradma", "gradma_s", "fedavg", "fedavgm", "mifa"], trials=9,
-                seeds={"small": "0,1,2,3,4", "full": "0,1,2,3,4"}, overrides=["dataset=fmnist", "partition.alpha=0.1"],
-                after="dir0.1_fullgrid_3seeds", tiny=GRADMA_TINY),
+        gradma_dir01("dir0.1_fullgrid_3seeds_5finals", ["gradma", "gradma_s", "fedavg", "fedavgm", "mifa"],
+                     seeds=SEEDS_5, after="dir0.1_fullgrid_3seeds"),
     ],
 }
 for _paper, _sections in PAPERS.items():
