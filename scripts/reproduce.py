@@ -374,6 +374,10 @@ PAPERS: Dict[str, List[Section]] = {
         # a20_k20_fullgrid ran): there the one-seed choices of SCAFFOLD, BVR-L-SGD and FedPAGE lost final seeds
         fedamd_grid("a20_k20_fullgrid_2seeds", FEDAMD[:2], overrides=FEDAMD_K20, tune_seeds="100,101",
                     reuse=["a20_k20_fullgrid"]),
+        # SCAFFOLD and BVR-L-SGD alike, joint with it: on one seed each one's whole-grid choice diverged on a final
+        # seed (the seed-100 trials are copied where a20_k20_fullgrid_baselines ran)
+        fedamd_grid("a20_k20_fullgrid_2seeds_baselines", [FEDAMD[2], FEDAMD[4]], overrides=FEDAMD_K20,
+                    tune_seeds="100,101", joint="a20_k20_fullgrid_2seeds", reuse=["a20_k20_fullgrid_baselines"]),
         # the paper's own p at A = 100 (Table 2 implies 0.9, FedAMD note section 4.3; Cor. 4.9 gives 0.96): about 10
         # miners a round instead of 4, tuned on the same sub-grid
         fedamd_subgrid("a100_p0.9", FEDAMD[:1], overrides=["participation.selection.clients_per_round=100"],
