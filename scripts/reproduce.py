@@ -239,7 +239,7 @@ SEEDS_5_SMALL = {"small": "0,1,2,3,4", "full": "0,1,2"}
 SEEDS_5 = {"small": "0,1,2,3,4", "full": "0,1,2,3,4"}
 
 
-def paper(experiment: str, key: str, **common) -> Callable[..., Section]:
+def maker(experiment: str, key: str, **common) -> Callable[..., Section]:
     """A paper's Section maker: its preset, the key its methods set and the options its sections share (``common``),
     each declared once; a section names only its own options, one it names replacing the shared one (``experiment``
     too). ``functools.partial`` of a maker shares more within a group of sections."""
@@ -248,20 +248,20 @@ def paper(experiment: str, key: str, **common) -> Callable[..., Section]:
     return make
 
 
-wang22 = paper("wang22_fmnist_periodic_small", "algo", trials=5, launcher="packed")
-mimic = paper("mimic_fmnist_roundrobin_small", "algo", trials=7, seeds=SEEDS_3, tiny=MIMIC_TINY)
-fedsrc_synthetic = paper("fedsrc_synthetic_small", "participation/selection", trials=7, seeds=SEEDS_5,
+wang22 = maker("wang22_fmnist_periodic_small", "algo", trials=5, launcher="packed")
+mimic = maker("mimic_fmnist_roundrobin_small", "algo", trials=7, seeds=SEEDS_3, tiny=MIMIC_TINY)
+fedsrc_synthetic = maker("fedsrc_synthetic_small", "participation/selection", trials=7, seeds=SEEDS_5,
                          tiny=FEDSRC_SYNTHETIC_TINY)
-fedsrc_fmnist = paper("fedsrc_fmnist_small", "participation/selection", launcher="packed", tiny=FEDSRC_FMNIST_TINY)
+fedsrc_fmnist = maker("fedsrc_fmnist_small", "participation/selection", launcher="packed", tiny=FEDSRC_FMNIST_TINY)
 #: FedSRC's practical samplers on the sub-grid, five final seeds at both scales (for SCALE=full)
 fedsrc_practical = partial(fedsrc_fmnist, trials=4, seeds=SEEDS_5, space=FEDSRC_FMNIST_SUBGRID)
-fedamd = paper("fedamd_fmnist_small", "algo", seeds=SEEDS_3, tiny=FEDAMD_TINY)
+fedamd = maker("fedamd_fmnist_small", "algo", seeds=SEEDS_3, tiny=FEDAMD_TINY)
 #: FedAMD on its sub-grid (6 of 18 points) and on its whole grid
 fedamd_subgrid = partial(fedamd, trials=6, space=FEDAMD_SUBGRID)
 fedamd_grid = partial(fedamd, trials=18)
 FEDAMD_K20 = ["client.local_steps=20"]
 FEDAMD_500 = ["rounds=500", "checkpoint_every=50"]
-gradma = paper("gradma_cifar10_dir0.01_small", "algo", trials=9, seeds=SEEDS_3, overrides=["dataset=fmnist"],
+gradma = maker("gradma_cifar10_dir0.01_small", "algo", trials=9, seeds=SEEDS_3, overrides=["dataset=fmnist"],
                tiny=GRADMA_TINY)
 #: GradMA at Dirichlet 0.1 (the preset's is 0.01)
 gradma_dir01 = partial(gradma, overrides=["dataset=fmnist", "partition.alpha=0.1"])
