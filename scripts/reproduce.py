@@ -378,6 +378,11 @@ PAPERS: Dict[str, List[Section]] = {
         # seed (the seed-100 trials are copied where a20_k20_fullgrid_baselines ran)
         fedamd_grid("a20_k20_fullgrid_2seeds_baselines", [FEDAMD[2], FEDAMD[4]], overrides=FEDAMD_K20,
                     tune_seeds="100,101", joint="a20_k20_fullgrid_2seeds", reuse=["a20_k20_fullgrid_baselines"]),
+        # FedPAGE alike, joint with both: on one seed its whole-grid choice diverged on every final seed (the
+        # seed-100 trials are copied where a20_k20_fullgrid_fedpage ran)
+        fedamd_grid("a20_k20_fullgrid_2seeds_fedpage", FEDAMD[3:4], overrides=FEDAMD_K20, tune_seeds="100,101",
+                    joint="a20_k20_fullgrid_2seeds", joint_also=["a20_k20_fullgrid_2seeds_baselines"],
+                    reuse=["a20_k20_fullgrid_fedpage"]),
         # the paper's own p at A = 100 (Table 2 implies 0.9, FedAMD note section 4.3; Cor. 4.9 gives 0.96): about 10
         # miners a round instead of 4, tuned on the same sub-grid
         fedamd_subgrid("a100_p0.9", FEDAMD[:1], overrides=["participation.selection.clients_per_round=100"],
