@@ -260,6 +260,8 @@ fedamd = maker("fedamd_fmnist_small", "algo", seeds=SEEDS_3, tiny=FEDAMD_TINY)
 fedamd_subgrid = partial(fedamd, trials=6, space=FEDAMD_SUBGRID)
 fedamd_grid = partial(fedamd, trials=18)
 FEDAMD_K20 = ["client.local_steps=20"]
+#: the whole grid at K = 20 local steps (App. F)
+fedamd_k20_grid = partial(fedamd_grid, overrides=FEDAMD_K20)
 FEDAMD_500 = ["rounds=500", "checkpoint_every=50"]
 gradma = maker("gradma_cifar10_dir0.01_small", "algo", trials=9, seeds=SEEDS_3, overrides=["dataset=fmnist"],
                tiny=GRADMA_TINY)
@@ -361,28 +363,26 @@ PAPERS: Dict[str, List[Section]] = {
         # FedAMD's claim against FedAvg at K = 20 on the paper's whole 18-point grid (no --space): on the sub-grid
         # FedAMD trained only at eta_s = 0.1, slowly, and diverged elsewhere; the whole grid adds
         # eta_s = 0.8 and eta_l in {0.03, 0.01, 0.008}
-        fedamd_grid("a20_k20_fullgrid", FEDAMD[:2], overrides=FEDAMD_K20),
+        fedamd_k20_grid("a20_k20_fullgrid", FEDAMD[:2]),
         # SCAFFOLD and BVR-L-SGD alike, joint with it: on the sub-grid both kept its smallest eta_l, the next larger
         # point having diverged, so the whole grid's eta_l in {0.01, 0.008} may hold a better stable choice
-        fedamd_grid("a20_k20_fullgrid_baselines", [FEDAMD[2], FEDAMD[4]], overrides=FEDAMD_K20,
-                    joint="a20_k20_fullgrid"),
+        fedamd_k20_grid("a20_k20_fullgrid_baselines", [FEDAMD[2], FEDAMD[4]], joint="a20_k20_fullgrid"),
         # FedPAGE alike, the fifth method, joint with both: its sub-grid choices diverged on final seeds at one and
         # two tuning seeds, and the whole grid adds eta_s = 0.8 and eta_l in {0.03, 0.01, 0.008} between its points
-        fedamd_grid("a20_k20_fullgrid_fedpage", FEDAMD[3:4], overrides=FEDAMD_K20, joint="a20_k20_fullgrid",
-                    joint_also=["a20_k20_fullgrid_baselines"]),
+        fedamd_k20_grid("a20_k20_fullgrid_fedpage", FEDAMD[3:4], joint="a20_k20_fullgrid",
+                        joint_also=["a20_k20_fullgrid_baselines"]),
         # the whole grid at K = 20 on two tuning seeds, FedAMD and FedAvg first (the seed-100 trials are copied where
         # a20_k20_fullgrid ran): there the one-seed choices of SCAFFOLD, BVR-L-SGD and FedPAGE lost final seeds
-        fedamd_grid("a20_k20_fullgrid_2seeds", FEDAMD[:2], overrides=FEDAMD_K20, tune_seeds="100,101",
-                    reuse=["a20_k20_fullgrid"]),
+        fedamd_k20_grid("a20_k20_fullgrid_2seeds", FEDAMD[:2], tune_seeds="100,101", reuse=["a20_k20_fullgrid"]),
         # SCAFFOLD and BVR-L-SGD alike, joint with it: on one seed each one's whole-grid choice diverged on a final
         # seed (the seed-100 trials are copied where a20_k20_fullgrid_baselines ran)
-        fedamd_grid("a20_k20_fullgrid_2seeds_baselines", [FEDAMD[2], FEDAMD[4]], overrides=FEDAMD_K20,
-                    tune_seeds="100,101", joint="a20_k20_fullgrid_2seeds", reuse=["a20_k20_fullgrid_baselines"]),
+        fedamd_k20_grid("a20_k20_fullgrid_2seeds_baselines", [FEDAMD[2], FEDAMD[4]],
+                        tune_seeds="100,101", joint="a20_k20_fullgrid_2seeds", reuse=["a20_k20_fullgrid_baselines"]),
         # FedPAGE alike, joint with both: on one seed its whole-grid choice diverged on every final seed (the
         # seed-100 trials are copied where a20_k20_fullgrid_fedpage ran)
-        fedamd_grid("a20_k20_fullgrid_2seeds_fedpage", FEDAMD[3:4], overrides=FEDAMD_K20, tune_seeds="100,101",
-                    joint="a20_k20_fullgrid_2seeds", joint_also=["a20_k20_fullgrid_2seeds_baselines"],
-                    reuse=["a20_k20_fullgrid_fedpage"]),
+        fedamd_k20_grid("a20_k20_fullgrid_2seeds_fedpage", FEDAMD[3:4], tune_seeds="100,101",
+                        joint="a20_k20_fullgrid_2seeds", joint_also=["a20_k20_fullgrid_2seeds_baselines"],
+                        reuse=["a20_k20_fullgrid_fedpage"]),
         # the paper's own p at A = 100 (Table 2 implies 0.9, FedAMD note section 4.3; Cor. 4.9 gives 0.96): about 10
         # miners a round instead of 4, tuned on the same sub-grid
         fedamd_subgrid("a100_p0.9", FEDAMD[:1], overrides=["participation.selection.clients_per_round=100"],
