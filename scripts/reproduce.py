@@ -263,6 +263,13 @@ FEDAMD_K20 = ["client.local_steps=20"]
 #: the whole grid at K = 20 local steps (App. F)
 fedamd_k20_grid = partial(fedamd_grid, overrides=FEDAMD_K20)
 FEDAMD_500 = ["rounds=500", "checkpoint_every=50"]
+
+
+def fedamd_cohort(a: int) -> List[str]:
+    """The overrides for A = ``a`` clients a round (the paper's cohorts are 20, the preset's, 40 and 100)."""
+    return [f"participation.selection.clients_per_round={a}"]
+
+
 gradma = maker("gradma_cifar10_dir0.01_small", "algo", trials=9, seeds=SEEDS_3, overrides=["dataset=fmnist"],
                tiny=GRADMA_TINY)
 #: GradMA at Dirichlet 0.1 (the preset's is 0.01)
@@ -346,7 +353,7 @@ PAPERS: Dict[str, List[Section]] = {
         fedamd_grid("a20_fullgrid_2seeds_baselines", FEDAMD[2:], tune_seeds="100,101", joint="a20_fullgrid_2seeds",
                     reuse=["a20_fullgrid_baselines"]),
         # the paper's larger cohorts on a20's sub-grid (p follows A through Cor. 4.9: 0.93 at A = 40, 0.96 at 100)
-        *(fedamd_subgrid(f"a{a}", FEDAMD, overrides=[f"participation.selection.clients_per_round={a}"])
+        *(fedamd_subgrid(f"a{a}", FEDAMD, overrides=fedamd_cohort(a))
           for a in (40, 100)),
         # App. F (Figs. 8-10): the five methods at K = 5 and 20 local steps (K = 10 is a20), on a20's sub-grid; at
         # K = 20 (twice a20's time a job) FedAMD's claim against FedAvg first, the three other baselines tuned alike
@@ -385,12 +392,12 @@ PAPERS: Dict[str, List[Section]] = {
                         reuse=["a20_k20_fullgrid_fedpage"]),
         # the paper's own p at A = 100 (Table 2 implies 0.9, FedAMD note section 4.3; Cor. 4.9 gives 0.96): about 10
         # miners a round instead of 4, tuned on the same sub-grid
-        fedamd_subgrid("a100_p0.9", FEDAMD[:1], overrides=["participation.selection.clients_per_round=100"],
+        fedamd_subgrid("a100_p0.9", FEDAMD[:1], overrides=fedamd_cohort(100),
                        joint="a100", ablation=["+algo_settings.fedamd.p=0.9"]),
         # FedAMD's claim against FedAvg at A = 40 on two tuning seeds (the seed-100 trials are copied where a40 ran):
         # a40's one-seed choice for FedAMD ended 0.46 to 0.67 over the final seeds, and at A = 20 a second tuning
         # seed moved FedAMD's choice
-        fedamd_subgrid("a40_2seeds", FEDAMD[:2], overrides=["participation.selection.clients_per_round=40"],
+        fedamd_subgrid("a40_2seeds", FEDAMD[:2], overrides=fedamd_cohort(40),
                        tune_seeds="100,101", reuse=["a40"]),
         # FedAMD's claim against FedAvg on two tuning seeds: a20's one-seed choice diverged on a final seed in a20_500
         fedamd_subgrid("a20_2seeds", FEDAMD[:2], tune_seeds="100,101"),
