@@ -399,6 +399,13 @@ PAPERS: Dict[str, List[Section]] = {
         # seed moved FedAMD's choice
         fedamd_subgrid("a40_2seeds", FEDAMD[:2], overrides=fedamd_cohort(40),
                        tune_seeds="100,101", reuse=["a40"]),
+        # SCAFFOLD, then BVR-L-SGD, tuned alike, each joint with it (and the second with the first): a40's one-seed
+        # choices for both sit beside diverged grid points, SCAFFOLD's at its smallest eta_l (the seed-100 trials
+        # are copied where a40 ran)
+        *(fedamd_subgrid(name, methods, overrides=fedamd_cohort(40), tune_seeds="100,101", joint="a40_2seeds",
+                         joint_also=also, reuse=["a40"])
+          for name, methods, also in (("a40_2seeds_scaffold", FEDAMD[2:3], []),
+                                      ("a40_2seeds_bvr", FEDAMD[4:], ["a40_2seeds_scaffold"]))),
         # FedAMD's claim against FedAvg on two tuning seeds: a20's one-seed choice diverged on a final seed in a20_500
         fedamd_subgrid("a20_2seeds", FEDAMD[:2], tune_seeds="100,101"),
         # the three other baselines on the same two tuning seeds: with a20_2seeds, all five methods tuned alike
