@@ -396,13 +396,16 @@ PAPERS: Dict[str, List[Section]] = {
                        joint="a100", ablation=["+algo_settings.fedamd.p=0.9"]),
         # A = 40 on two tuning seeds (the seed-100 trials are copied where a40 ran): FedAMD's claim against FedAvg
         # first, as a40's one-seed choice for FedAMD ended 0.46 to 0.67 over the final seeds and at A = 20 a second
-        # tuning seed moved FedAMD's choice; then SCAFFOLD and BVR-L-SGD tuned alike, each joint with the first part
-        # (and the third with the second), a40's one-seed choices for both sitting beside diverged grid points
+        # tuning seed moved FedAMD's choice; then SCAFFOLD, BVR-L-SGD and FedPAGE tuned alike, each joint with the
+        # first part (and with the parts before it), a40's one-seed choices for the first two sitting beside diverged
+        # grid points and FedPAGE's falling to chance on a final seed
         *(fedamd_subgrid(name, methods, overrides=fedamd_cohort(40), tune_seeds="100,101", joint=joint,
                          joint_also=also, reuse=["a40"])
           for name, methods, joint, also in (("a40_2seeds", FEDAMD[:2], "", []),
                                              ("a40_2seeds_scaffold", FEDAMD[2:3], "a40_2seeds", []),
-                                             ("a40_2seeds_bvr", FEDAMD[4:], "a40_2seeds", ["a40_2seeds_scaffold"]))),
+                                             ("a40_2seeds_bvr", FEDAMD[4:], "a40_2seeds", ["a40_2seeds_scaffold"]),
+                                             ("a40_2seeds_fedpage", FEDAMD[3:4], "a40_2seeds",
+                                              ["a40_2seeds_scaffold", "a40_2seeds_bvr"]))),
         # FedAMD's claim against FedAvg on two tuning seeds: a20's one-seed choice diverged on a final seed in a20_500
         fedamd_subgrid("a20_2seeds", FEDAMD[:2], tune_seeds="100,101"),
         # the three other baselines on the same two tuning seeds: with a20_2seeds, all five methods tuned alike
