@@ -169,6 +169,7 @@ def check_joint(sections: List[Section]) -> None:
     the methods (and the name) equal, so a reader may compare any two methods of the joint report. The methods
     differ, except in an ablation, which runs some of its single partner's methods under its added overrides."""
     alike = ("experiment", "key", "trials", "seeds", "overrides", "launcher", "tiny", "space", "after", "tune_seeds")
+    group = joint_groups(sections)
     for i, section in enumerate(sections):
         if section.joint_also and not section.joint:
             raise ValueError(f"section {section.name}: joint_also needs joint (the first partner) set")
@@ -178,7 +179,6 @@ def check_joint(sections: List[Section]) -> None:
             raise ValueError(f"section {section.name}: an ablation has one partner; joint_also must be empty")
         seen = {m: section.name for m in section.methods}
         carried = next((s for s in sections if s.name == section.after), None)
-        group = joint_groups(sections)
         for option, name in zip(["joint"] + ["joint_also"] * len(section.joint_also), section.partners):
             partner = earlier(sections, i, option, name)
             differ = [k for k in alike if getattr(section, k) != getattr(partner, k)]
@@ -492,10 +492,11 @@ PAPERS: Dict[str, List[Section]] = {
         *(gradma(f"dir0.01_fullgrid_3seeds_moon_mu{mu}", ["moon"], tune_seeds="100,101,102",
                  joint="dir0.01_fullgrid_3seeds_others", ablation=[f"+algo_settings.moon.mu={mu}"])
           for mu in (5, 0.1)),
-        # the ten methods' three-seed choices on five final seeds (a job of each but GradMA and MimeLite costs about a
-        # minute or less): on three, GradMA-S led GradMA on final accuracy by differences that barely varied, and the
-        # baselines' verdicts against FedAvg wanted more seeds; each part carries one of the four sections above's
-        # choices and is joint as they are, the last part's report holding all ten
+        # the ten methods' three-seed choices on five final seeds (a final of each but GradMA, GradMA-W and MimeLite
+        # cost about a minute or less on the CPU that ran them): on three, GradMA-S led GradMA on final accuracy by
+        # differences that barely varied, and the baselines' verdicts against FedAvg wanted more seeds; each part
+        # carries one of the four sections above's choices and is joint as they are, the last part's report holding
+        # all ten
         gradma("dir0.01_fullgrid_3seeds_ablation_5finals", ["gradma_s", "gradma_w"], seeds=SEEDS_5,
                after="dir0.01_fullgrid_3seeds_ablation"),
         gradma("dir0.01_fullgrid_3seeds_5finals", ["gradma", "fedavg"], seeds=SEEDS_5, after="dir0.01_fullgrid_3seeds",

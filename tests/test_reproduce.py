@@ -143,8 +143,8 @@ def test_a_joint_section_is_tuned_like_its_partner_and_waits_for_its_finals(tmp_
     bad = reproduce.Section(**{**carried.__dict__, "after": "a20"})
     with pytest.raises(ValueError, match="after differ"):
         reproduce.check_joint([*sections, bad])
-    # nor sections two links apart in one joint group (GradMA's Dirichlet 0.01 parts on five final seeds: the
-    # others' and the ablation's three-seed sections are linked through the claims' one, not directly)
+    # so are two that carry the choices of sections two links apart in one joint group (GradMA's Dirichlet 0.01
+    # parts on five final seeds: the others' and the ablation's three-seed sections are linked through the claims')
     gradma = reproduce.PAPERS["gradma"]
     far = next(s for s in gradma if s.name == "dir0.01_fullgrid_3seeds_others_5finals")
     ablation = next(s for s in gradma if s.name == far.joint_also[0])
