@@ -9,14 +9,16 @@ preset itself at ``full``): every method gets the same number of trials from its
 the preset declares one), selection on the validation split, then the final seeds; the tuning directory's
 ``selection.json`` and ``report/`` (``fedbench-report``: tables, paired comparisons, curves) are the section's
 evidence. The directory is ``<out>/<paper>/<scale>/<section>``, so rerunning the same command continues it: finished
-trials and final runs are skipped. A section ``joint`` with an earlier one (tuned alike, on other methods or under
-one changed setting: ``check_joint``) then writes ``report_joint/``: ``fedbench-report`` of both sections' final
-runs, and of those of the earlier sections it names in ``joint_also`` (tuned alike too, on other methods still), so
-that a comparison spread over several sections has one report. A section that extends an earlier one by a tuning
-seed names it in ``reuse``: where that section's directory exists, ``fedbench-tune --reuse-runs`` copies its
-finished runs of the same jobs instead of running them again. When a section's command ends, its new
-``selection.json`` is compared with the record docs/reproductions.md links for that section (``check_record``): the
-script says whether every tuning run and choice agrees, or names each difference.
+trials and final runs are skipped. A section ``joint`` with an earlier one (tuned alike, on other methods or under one
+changed setting: ``check_joint``) then writes ``report_joint/``: ``fedbench-report`` of both sections' final runs, and
+of those of the earlier sections it names in ``joint_also`` (tuned alike too, on other methods still), so that a
+comparison spread over several sections has one report. A section that extends an earlier one by a tuning seed names it
+in ``reuse``: where that section's directory exists, ``fedbench-tune --reuse-runs`` copies its finished runs of the same
+jobs instead of running them again. A section ``after`` an earlier one runs that one's choices (``fedbench-tune --from``
+its ``selection.json``, no trials); where that file is missing, the record docs/reproductions.md links for the earlier
+section, copied there, stands in for it. When a section's command ends, its new ``selection.json`` is compared with the
+record docs/reproductions.md links for that section (``check_record``): the script says whether every tuning run and
+choice agrees, or names each difference.
 
 ``tiny`` shrinks the small presets to seconds (the first two methods, two trials, final seeds 0 and 1): it checks
 the pipeline end to end (the slow tests run it), never a ranking.
@@ -626,9 +628,12 @@ def main(argv=None) -> int:
             continue
         carried = section.selection(args.scale, out)
         if section.after and not carried.is_file():
+            record = documented(DOC.read_text()).get((args.paper, args.scale, section.after)) if DOC.is_file() else None
+            shortcut = (f", or, to run the choices the document shows without their trials, copy its record "
+                        f"{DOC.parent / 'tuned' / record} to {carried}" if record else "")
             print(f"reproduce.py: {args.paper}/{section.name} runs the choices of section '{section.after}', which "
                   f"has no {carried} yet. Fix: run --section "
-                  f"{section.after} first (same --scale and --out).", file=sys.stderr)
+                  f"{section.after} first (same --scale and --out){shortcut}.", file=sys.stderr)
             status = status or 2
             continue
         try:

@@ -4,6 +4,7 @@ fedbench-tune checks before any job)."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -93,6 +94,13 @@ def test_a_section_that_carries_another_ones_choices_waits_for_its_selection(tmp
     err = capsys.readouterr().err
     assert "runs the choices of section 'periodic'" in err and "Fix: run --section periodic first" in err
     assert not (tmp_path / "wang22" / "small" / "periodic_20k").exists()
+    # the documented choices without their trials: the record docs/reproductions.md links for that section
+    record = reproduce.documented(reproduce.DOC.read_text())["wang22", "small", "periodic"]
+    shown = re.search(r"copy its record (\S+) to (\S+)\.$", err.strip())
+    assert shown and shown.groups() == (str(reproduce.DOC.parent / "tuned" / record),
+                                        str(tmp_path / "wang22" / "small" / "periodic" / "selection.json"))
+    assert reproduce.main(["wang22", "--scale", "tiny", "--section", "periodic_20k", "--out", str(tmp_path)]) == 2
+    assert "copy its record" not in capsys.readouterr().err  # no tiny-scale record in the document
 
 
 @pytest.mark.slow
