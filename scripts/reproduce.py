@@ -574,10 +574,16 @@ def documented(text: str) -> Dict[Tuple[str, str, str], str]:
     return found
 
 
+def documented_record(paper: str, scale: str, name: str) -> Optional[str]:
+    """The file name under docs/tuned/ of the record docs/reproductions.md links for section ``name`` of ``paper``
+    at ``scale``; None where the document (or that section's record) is absent."""
+    return documented(DOC.read_text()).get((paper, scale, name)) if DOC.is_file() else None
+
+
 def check_record(paper: str, section: Section, scale: str, directory: Path) -> None:
     """Say how the section's new selection.json agrees with the record docs/reproductions.md shows for it (the same
     trials, tuning-run scores and choices: ``fedbench.tune.record``); nothing where the document has none."""
-    record = documented(DOC.read_text()).get((paper, scale, section.name)) if DOC.is_file() else None
+    record = documented_record(paper, scale, section.name)
     here = directory / "selection.json"
     if record is None or not here.is_file():
         return
@@ -628,7 +634,7 @@ def main(argv=None) -> int:
             continue
         carried = section.selection(args.scale, out)
         if section.after and not carried.is_file():
-            record = documented(DOC.read_text()).get((args.paper, args.scale, section.after)) if DOC.is_file() else None
+            record = documented_record(args.paper, args.scale, section.after)
             shortcut = (f", or, to run the choices the document shows without their trials, copy its record "
                         f"{DOC.parent / 'tuned' / record} to {carried}" if record else "")
             print(f"reproduce.py: {args.paper}/{section.name} runs the choices of section '{section.after}', which "
